@@ -167,6 +167,39 @@ async fn set(sidecar: &Sidecar, key: &str, value: String) {
     store.set(vec![item]).await.expect("set failed");
 }
 
+/// Values of control characters fit the limit as stored (4 × 14 KiB of
+/// 64 KiB), but HTTP writes each as `\u0001`: the HTTP answer is refused
+/// naming the limit, gRPC's served.
+#[tokio::test]
+async fn a_configuration_answer_is_counted_as_http_writes_it_escapes_included() {
+    let sidecar = Sidecar::start(CONFIG, options()).await;
+    let keys: Vec<String> = (0..4).map(|i| format!("c{i}")).collect();
+    for key in &keys {
+        set(&sidecar, key, "\u{1}".repeat(14 * 1024)).await;
+    }
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let served = dapr
+        .get_configuration(GetConfigurationRequest {
+            store_name: "config".into(),
+            keys: keys.clone(),
+            metadata: HashMap::new(),
+        })
+        .await
+        .expect("within the limit as stored");
+    assert_eq!(served.into_inner().items.len(), 4);
+    let query: Vec<String> = keys.iter().map(|key| format!("key={key}")).collect();
+    let url = format!(
+        "{}/v1.0/configuration/config?{}",
+        sidecar.http_url(),
+        query.join("&")
+    );
+    let refused = testkit::http_get(url).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["errorCode"], "ERR_RESPONSE_TOO_LARGE");
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn configuration_answers_over_the_limit_are_refused_naming_it() {
     let sidecar = Sidecar::start(CONFIG, options()).await;

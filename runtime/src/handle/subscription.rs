@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,6 +88,9 @@ impl Retry {
 
 type ItemId = (Option<String>, Option<String>, String);
 
+/// An item's group and label.
+type Scope = (Option<String>, Option<String>);
+
 fn id_of(item: &ConfigItem) -> ItemId {
     (item.group.clone(), item.label.clone(), item.key.clone())
 }
@@ -114,8 +118,9 @@ impl ConfigStoreHandle {
         let inner = store.subscribe(query.clone()).await?;
         // Unreadable now: what the subscriber knows is unknown (not
         // "nothing"), so a rebuild is not compared with it.
+        let digests = Digests::new();
         let last = match snapshot(&store, &query).await {
-            Ok(now) => Some(now),
+            Ok(now) => Some(digests.known(&now)),
             Err(err) => {
                 tracing::warn!(error = %err, "Reading a config store to subscribe failed; a rebuild before it is read again delivers no differences.");
                 None
@@ -128,6 +133,7 @@ impl ConfigStoreHandle {
             query,
             store,
             inner: Some(inner),
+            digests,
             last,
             caught_up: BTreeMap::new(),
             retry: None,
@@ -141,6 +147,56 @@ impl ConfigStoreHandle {
 /// Items by identity, whole (value, version, metadata).
 type Items = BTreeMap<ItemId, ConfigItem>;
 
+/// What a subscriber knows of items, by identity: a digest each, not the
+/// values (thousands of subscriptions to a store of large values would
+/// otherwise each hold a copy of it).
+type Known = BTreeMap<ItemId, Seen>;
+
+/// An item's value as a subscriber knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// The value's digest.
+    digest: u128,
+    /// Whether the value is empty (a deletion).
+    empty: bool,
+}
+
+/// The digests of one subscription: 128 bits from two SipHash keys drawn
+/// at random for it, so no value can be chosen to collide with another.
+struct Digests(RandomState, RandomState);
+
+impl Digests {
+    fn new() -> Self {
+        Self(RandomState::new(), RandomState::new())
+    }
+
+    /// The digest of `parts`, in order.
+    fn of(&self, parts: &[&str]) -> u128 {
+        (u128::from(self.0.hash_one(parts)) << 64) | u128::from(self.1.hash_one(parts))
+    }
+
+    /// How `item`'s value is known.
+    fn seen(&self, item: &ConfigItem) -> Seen {
+        Seen {
+            digest: self.of(&[&item.value]),
+            empty: item.value.is_empty(),
+        }
+    }
+
+    /// How `items` are known.
+    fn known(&self, items: &Items) -> Known {
+        items
+            .iter()
+            .map(|(id, item)| (id.clone(), self.seen(item)))
+            .collect()
+    }
+
+    /// The digest of `item`'s write: its version and value.
+    fn write(&self, item: &ConfigItem) -> u128 {
+        self.of(&[&item.version, &item.value])
+    }
+}
+
 async fn snapshot(store: &Arc<dyn ConfigStore>, query: &ConfigQuery) -> Result<Items, ConfigError> {
     let items = store.get(query).await?;
     Ok(items.into_iter().map(|i| (id_of(&i), i)).collect())
@@ -151,13 +207,15 @@ struct Forwarder {
     query: ConfigQuery,
     store: Arc<dyn ConfigStore>,
     inner: Option<ConfigSubscription>,
+    /// How this subscription digests values.
+    digests: Digests,
     /// What the subscriber knows: the items last read or delivered; `None`
     /// while unknown (the store could not be read when subscribing).
-    last: Option<Items>,
-    /// The items of the last catch-up that carry a version: the new
+    last: Option<Known>,
+    /// The writes of the last catch-up that carry a version: the new
     /// instance's subscription may report the same write again (made
     /// between its subscribe and its read), which is not delivered twice.
-    caught_up: Items,
+    caught_up: BTreeMap<ItemId, u128>,
     /// A call into the store serving that did not answer, to try again.
     retry: Option<Retry>,
     sender: mpsc::Sender<ConfigChange>,
@@ -175,7 +233,7 @@ impl Forwarder {
                         }
                         if let Some(last) = &mut self.last {
                             for item in &change.items {
-                                last.insert(id_of(item), item.clone());
+                                last.insert(id_of(item), self.digests.seen(item));
                             }
                         }
                         if !self.deliver(change) {
@@ -218,9 +276,11 @@ impl Forwarder {
     /// identity, value and non-empty version).
     fn repeats_catch_up(&mut self, item: &ConfigItem) -> bool {
         let id = id_of(item);
-        let repeats = self.caught_up.get(&id).is_some_and(|sent| {
-            !sent.version.is_empty() && sent.version == item.version && sent.value == item.value
-        });
+        let repeats = !item.version.is_empty()
+            && self
+                .caught_up
+                .get(&id)
+                .is_some_and(|&sent| sent == self.digests.write(item));
         if repeats {
             self.caught_up.remove(&id);
         }
@@ -335,17 +395,18 @@ impl Forwarder {
         let Some(last) = self.last.take() else {
             // What the subscriber knows is unknown: nothing to compare
             // with; the new instance's items are the record from here.
-            self.last = Some(now);
+            self.last = Some(self.digests.known(&now));
             return true;
         };
-        let (items, record, unanswered) = catch_up(&store, &self.query, &last, now).await;
+        let (items, record, unanswered) =
+            catch_up(&store, &self.query, &self.digests, &last, now).await;
         self.last = Some(record);
         // Cleared at the subscribe: a catch-up tried again adds to it.
         self.caught_up.extend(
             items
                 .iter()
                 .filter(|item| !item.version.is_empty())
-                .map(|item| (id_of(item), item.clone())),
+                .map(|item| (id_of(item), self.digests.write(item))),
         );
         if unanswered {
             // What was read is delivered; the items not read stay known,
@@ -406,30 +467,32 @@ impl Forwarder {
 async fn catch_up(
     store: &Arc<dyn ConfigStore>,
     query: &ConfigQuery,
-    last: &Items,
+    digests: &Digests,
+    last: &Known,
     now: Items,
-) -> (Vec<ConfigItem>, Items, bool) {
+) -> (Vec<ConfigItem>, Known, bool) {
     let mut unanswered = false;
     let mut items: Vec<ConfigItem> = now
         .iter()
-        .filter(|(id, item)| last.get(*id).map(|known| &known.value) != Some(&item.value))
+        .filter(|(id, item)| last.get(*id) != Some(&digests.seen(item)))
         .map(|(_, item)| item.clone())
         .collect();
-    let mut record = now;
+    let mut record = digests.known(&now);
+    drop(now);
     // Known (and not already reported deleted) but not read: by scope.
-    let mut missing: BTreeMap<(Option<String>, Option<String>), Vec<&ConfigItem>> = BTreeMap::new();
-    for (id, known) in last {
-        if !known.value.is_empty() && !record.contains_key(id) {
+    let mut missing: BTreeMap<Scope, Vec<(&ItemId, Seen)>> = BTreeMap::new();
+    for (id, &known) in last {
+        if !known.empty && !record.contains_key(id) {
             missing
                 .entry((id.0.clone(), id.1.clone()))
                 .or_default()
-                .push(known);
+                .push((id, known));
         }
     }
     let mut groups = missing.into_iter();
     while let Some(((group, label), known)) = groups.next() {
         let exact = ConfigQuery {
-            keys: known.iter().map(|item| item.key.clone()).collect(),
+            keys: known.iter().map(|(id, _)| id.2.clone()).collect(),
             group: group.clone(),
             label: label.clone(),
             metadata: query.metadata.clone(),
@@ -438,9 +501,7 @@ async fn catch_up(
             Some(Ok(found)) => found,
             Some(Err(err)) => {
                 tracing::warn!(error = %err, "Reading a rebuilt config store's grouped or labelled items failed; their differences are not delivered.");
-                for item in known {
-                    record.insert(id_of(item), item.clone());
-                }
+                record.extend(known.into_iter().map(|(id, seen)| (id.clone(), seen)));
                 continue;
             }
             None => {
@@ -451,9 +512,7 @@ async fn catch_up(
                 // at the next try.
                 unanswered = true;
                 let rest = std::iter::once(known).chain(groups.map(|(_, known)| known));
-                for item in rest.flatten() {
-                    record.insert(id_of(item), item.clone());
-                }
+                record.extend(rest.flatten().map(|(id, seen)| (id.clone(), seen)));
                 break;
             }
         };
@@ -462,28 +521,28 @@ async fn catch_up(
             .filter(|item| item.group == group && item.label == label)
             .map(|item| (id_of(&item), item))
             .collect();
-        for item in known {
-            let id = id_of(item);
-            match found.get(&id) {
+        for (id, seen) in known {
+            match found.get(id) {
                 Some(read) => {
-                    if read.value != item.value {
+                    let read_seen = digests.seen(read);
+                    if read_seen != seen {
                         items.push(read.clone());
                     }
-                    record.insert(id, read.clone());
+                    record.insert(id.clone(), read_seen);
                 }
-                None => items.push(deletion_of(item)),
+                None => items.push(deletion_of(id)),
             }
         }
     }
     (items, record, unanswered)
 }
 
-/// The deletion of `item`: its identity with an empty value.
-fn deletion_of(item: &ConfigItem) -> ConfigItem {
+/// The deletion of the item `id`: its identity with an empty value.
+fn deletion_of(id: &ItemId) -> ConfigItem {
     ConfigItem {
-        key: item.key.clone(),
-        group: item.group.clone(),
-        label: item.label.clone(),
+        key: id.2.clone(),
+        group: id.0.clone(),
+        label: id.1.clone(),
         ..ConfigItem::default()
     }
 }

@@ -132,8 +132,15 @@ impl ConfigUpdates {
     }
 
     /// Posts the changes of `subscription` on `store` to the app until it
-    /// ends; its id.
+    /// ends; its id (booked, then started).
     pub fn open(&self, store: &str, subscription: ConfigSubscription) -> Result<String, OpenError> {
+        Ok(self.book(store)?.start(subscription))
+    }
+
+    /// Books a place for a subscription on `store` before the store is
+    /// asked (a client looping at the cap costs no store read or watch);
+    /// given back unless started.
+    pub fn book(&self, store: &str) -> Result<BookedUpdates, OpenError> {
         let Some((client, channel)) = self.inner.app.clone() else {
             return Err(OpenError::NoAppChannel);
         };
@@ -142,15 +149,63 @@ impl ConfigUpdates {
             .open
             .add(store, None)
             .map_err(|full| OpenError::TooMany(full.0))?;
+        Ok(BookedUpdates {
+            updates: self.clone(),
+            id: Some(id),
+            cancel,
+            store: store.to_string(),
+            client,
+            channel,
+        })
+    }
+
+    /// Ends subscription `id`; when `store` is not empty it must be the
+    /// subscription's store.
+    pub fn close(&self, store: &str, id: &str) -> Result<(), CloseError> {
+        self.inner.open.close(store, id, None)
+    }
+
+    /// How many subscriptions are open.
+    pub fn len(&self) -> usize {
+        self.inner.open.len()
+    }
+
+    /// Whether none is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A place booked among the open subscriptions, given back when dropped
+/// unless its subscription was started.
+pub struct BookedUpdates {
+    updates: ConfigUpdates,
+    /// The subscription's id; taken when started.
+    id: Option<String>,
+    cancel: CancellationToken,
+    store: String,
+    client: reqwest::Client,
+    channel: AppChannel,
+}
+
+impl BookedUpdates {
+    /// Posts the changes of `subscription` to the app until it ends, in
+    /// the place booked; its id.
+    pub fn start(mut self, subscription: ConfigSubscription) -> String {
+        let id = self.id.take().unwrap_or_default();
+        let store = std::mem::take(&mut self.store);
+        let cancel = self.cancel.clone();
+        let (client, channel) = (self.client.clone(), self.channel.clone());
+        let updates = self.updates.clone();
         let label = format!("subscription `{id}`");
         let (sender, mut stream) = queue::<SubscribeConfigurationResponse>(
             label,
-            self.inner.limit,
-            self.inner.total.clone(),
+            updates.inner.limit,
+            updates.inner.total.clone(),
         );
         let forward = Forward {
             id: id.clone(),
-            store: store.to_string(),
+            store: store.clone(),
             subscription,
             sender,
             cancel: cancel.clone(),
@@ -158,10 +213,9 @@ impl ConfigUpdates {
         let poster = Poster {
             client,
             channel,
-            store: store.to_string(),
+            store: store.clone(),
             id: id.clone(),
         };
-        let updates = self.clone();
         let task_id = id.clone();
         tokio::spawn(async move {
             let posting = async move {
@@ -193,23 +247,15 @@ impl ConfigUpdates {
             }
             updates.inner.open.forget(&task_id);
         });
-        Ok(id)
+        id
     }
+}
 
-    /// Ends subscription `id`; when `store` is not empty it must be the
-    /// subscription's store.
-    pub fn close(&self, store: &str, id: &str) -> Result<(), CloseError> {
-        self.inner.open.close(store, id, None)
-    }
-
-    /// How many subscriptions are open.
-    pub fn len(&self) -> usize {
-        self.inner.open.len()
-    }
-
-    /// Whether none is open.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+impl Drop for BookedUpdates {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.updates.inner.open.forget(&id);
+        }
     }
 }
 
@@ -367,6 +413,28 @@ mod tests {
         assert_eq!(updates.len(), 1);
         let (_d, fourth) = subscription();
         assert!(updates.open("config", fourth).is_ok(), "room again");
+    }
+
+    /// A place is booked before the store is asked (at the bound, a
+    /// subscribe costs no store read), and given back when the store
+    /// refuses (the booking dropped unstarted).
+    #[tokio::test]
+    async fn a_place_is_booked_before_the_store_is_asked_and_given_back_unless_started() {
+        let updates = ConfigUpdates::with_max(
+            Some(&AppChannel::local(1)),
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+            1,
+        );
+        let booked = updates.book("config").expect("room");
+        assert_eq!(updates.book("config").err(), Some(OpenError::TooMany(1)));
+        drop(booked);
+        assert!(updates.is_empty(), "given back");
+        let (_tx, sub) = subscription();
+        let id = updates.book("config").expect("room again").start(sub);
+        assert!(id.starts_with("config-"), "{id}");
+        assert_eq!(updates.len(), 1, "kept once started");
     }
 
     #[tokio::test]

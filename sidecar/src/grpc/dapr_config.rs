@@ -65,8 +65,9 @@ pub(super) async fn subscribe(
         metadata: req.metadata,
         ..ConfigQuery::default()
     };
+    let booked = subscriptions.book(&req.store_name, peer)?;
     let subscription = store.subscribe(query).await.map_err(subscribe_status)?;
-    subscriptions.open(&req.store_name, subscription, peer)
+    Ok(booked.start(subscription))
 }
 
 /// daprd answers `INVALID_ARGUMENT` for any error of its store's

@@ -70,46 +70,35 @@ impl Subscriptions {
         }
     }
 
-    /// Opens a stream for `subscription` on `store`, owned by the
-    /// connection `owner`: its first message carries only the subscription
-    /// id, then one message per change. Refused when as many as allowed
-    /// are open.
-    pub(super) fn open(
-        &self,
-        store: &str,
-        subscription: ConfigSubscription,
-        owner: Option<SocketAddr>,
-    ) -> Result<SubscriptionStream, Status> {
+    /// Books a place for a subscription on `store`, owned by the
+    /// connection `owner`, before the store is asked (a client looping at
+    /// the cap costs no store read or watch); given back unless started.
+    /// Refused when as many as allowed are open.
+    pub(super) fn book(&self, store: &str, owner: Option<SocketAddr>) -> Result<Booked, Status> {
         let (id, cancel) = self.inner.open.add(store, owner).map_err(|full| {
             Status::resource_exhausted(format!(
                 "{} configuration subscriptions are open over gRPC, the most allowed; unsubscribe one first",
                 full.0
             ))
         })?;
-        let label = format!("subscription `{id}`");
-        let (sender, stream) = queue(label, self.inner.limit, self.inner.total.clone());
-        let first = SubscribeConfigurationResponse {
-            id: id.clone(),
-            items: HashMap::new(),
-        };
-        // The queue is new and empty: the first message fits (room is
-        // made in the total if need be).
-        let _ = sender.try_send(Ok(first), id.len());
-        let forward = Forward {
-            id: id.clone(),
-            store: store.to_string(),
-            subscription,
-            sender,
+        Ok(Booked {
+            subscriptions: self.clone(),
+            id: Some(id),
             cancel,
-        };
-        let subscriptions = self.clone();
-        tokio::spawn(async move {
-            if forward.run().await {
-                subscriptions.inner.metrics.subscriber_dropped();
-            }
-            subscriptions.inner.open.forget(&id);
-        });
-        Ok(stream)
+            store: store.to_string(),
+        })
+    }
+
+    /// Opens a stream for `subscription` on `store`, owned by the
+    /// connection `owner` (booked, then started).
+    #[cfg(test)]
+    pub(super) fn open(
+        &self,
+        store: &str,
+        subscription: ConfigSubscription,
+        owner: Option<SocketAddr>,
+    ) -> Result<SubscriptionStream, Status> {
+        Ok(self.book(store, owner)?.start(subscription))
     }
 
     /// Ends subscription `id` for the connection `caller`; when `store` is
@@ -133,6 +122,58 @@ impl Subscriptions {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.inner.open.len()
+    }
+}
+
+/// A place booked among the open subscriptions, given back when dropped
+/// unless its subscription was started.
+pub(super) struct Booked {
+    subscriptions: Subscriptions,
+    /// The subscription's id; taken when started.
+    id: Option<String>,
+    cancel: CancellationToken,
+    store: String,
+}
+
+impl Booked {
+    /// Starts a stream for `subscription` in the place booked: its first
+    /// message carries only the subscription id, then one message per
+    /// change.
+    pub(super) fn start(mut self, subscription: ConfigSubscription) -> SubscriptionStream {
+        let id = self.id.take().unwrap_or_default();
+        let inner = &self.subscriptions.inner;
+        let label = format!("subscription `{id}`");
+        let (sender, stream) = queue(label, inner.limit, inner.total.clone());
+        let first = SubscribeConfigurationResponse {
+            id: id.clone(),
+            items: HashMap::new(),
+        };
+        // The queue is new and empty: the first message fits (room is
+        // made in the total if need be).
+        let _ = sender.try_send(Ok(first), id.len());
+        let forward = Forward {
+            id: id.clone(),
+            store: std::mem::take(&mut self.store),
+            subscription,
+            sender,
+            cancel: self.cancel.clone(),
+        };
+        let subscriptions = self.subscriptions.clone();
+        tokio::spawn(async move {
+            if forward.run().await {
+                subscriptions.inner.metrics.subscriber_dropped();
+            }
+            subscriptions.inner.open.forget(&id);
+        });
+        stream
+    }
+}
+
+impl Drop for Booked {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.subscriptions.inner.open.forget(&id);
+        }
     }
 }
 
@@ -247,6 +288,31 @@ mod tests {
             subscriptions.open("config", third, None).is_ok(),
             "room again"
         );
+    }
+
+    /// A place is booked before the store is asked (at the bound, a
+    /// subscribe costs no store read), and given back when the store
+    /// refuses (the booking dropped unstarted).
+    #[tokio::test]
+    async fn a_place_is_booked_before_the_store_is_asked_and_given_back_unless_started() {
+        let subscriptions = Subscriptions::with_max(
+            CancellationToken::new(),
+            1 << 20,
+            Arc::new(ApiMetrics::new()),
+            1,
+        );
+        let booked = subscriptions.book("config", None).expect("room");
+        let refused = subscriptions.book("config", None).err();
+        assert_eq!(
+            refused.map(|status| status.code()),
+            Some(tonic::Code::ResourceExhausted)
+        );
+        drop(booked);
+        assert_eq!(subscriptions.len(), 0, "given back");
+        let (_changes, subscription) = subscription();
+        let booked = subscriptions.book("config", None).expect("room again");
+        let _stream = booked.start(subscription);
+        assert_eq!(subscriptions.len(), 1, "kept once started");
     }
 
     #[tokio::test]

@@ -24,14 +24,14 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use rewire_runtime::ConfigQuery;
+use rewire_runtime::{ConfigItem, ConfigQuery};
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
 use super::path_params::PathParams;
 use crate::app::config_updates::{CloseError, ConfigUpdates, OpenError};
 use crate::app::AppProtocol;
-use crate::dapr::{Call, ResponseBudget};
+use crate::dapr::{json_string_bytes, Call, ConfigOpError, ResponseBudget};
 use crate::ApiState;
 
 /// One item, as Dapr answers it.
@@ -61,6 +61,17 @@ pub async fn get(
     if items.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
+    // The budget above counts the items' bytes; written as JSON, a
+    // control character takes six.
+    let mut written = ResponseBudget::new(state.options.max_response_bytes);
+    for item in &items {
+        written
+            .take(json_bytes(item))
+            .map_err(|source| ConfigOpError::TooLarge {
+                store: store_name.clone(),
+                source,
+            })?;
+    }
     let items: BTreeMap<String, Item> = items
         .into_iter()
         .map(|item| {
@@ -73,6 +84,20 @@ pub async fn get(
         })
         .collect();
     Ok(Json(items).into_response())
+}
+
+/// What `item` takes in the JSON answer (punctuation counted generously).
+fn json_bytes(item: &ConfigItem) -> usize {
+    let metadata: usize = item
+        .metadata
+        .iter()
+        .map(|(key, value)| json_string_bytes(key) + json_string_bytes(value) + 2)
+        .sum();
+    json_string_bytes(&item.key)
+        + json_string_bytes(&item.value)
+        + json_string_bytes(&item.version)
+        + metadata
+        + 48
 }
 
 /// The query of `key`, `group`, `label` and `metadata.*` parameters.
@@ -122,19 +147,16 @@ pub async fn subscribe(
         label: None,
         ..config_query(&pairs, &store_name)?
     };
+    let booked = updates.book(&store_name).map_err(|err| match err {
+        OpenError::NoAppChannel => no_app_channel(&state),
+        too_many @ OpenError::TooMany(_) => HttpError::Api {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "ERR_CONFIGURATION_SUBSCRIBE",
+            message: format!("failed to subscribe to configuration store {store_name}: {too_many}"),
+        },
+    })?;
     let subscription = store.subscribe(query).await?;
-    let id = updates
-        .open(&store_name, subscription)
-        .map_err(|err| match err {
-            OpenError::NoAppChannel => no_app_channel(&state),
-            too_many @ OpenError::TooMany(_) => HttpError::Api {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
-                code: "ERR_CONFIGURATION_SUBSCRIBE",
-                message: format!(
-                    "failed to subscribe to configuration store {store_name}: {too_many}"
-                ),
-            },
-        })?;
+    let id = booked.start(subscription);
     Ok(Json(json!({ "id": id })).into_response())
 }
 
