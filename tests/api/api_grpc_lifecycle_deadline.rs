@@ -3,6 +3,8 @@
 //! 1 s is answered within that second — `queued`, behind how many, not
 //! applied yet — and is then applied; the hung push itself gets its
 //! rolled-back NACK with the reason before its caller's 10 s deadline.
+//! The deadline counts from the request's arrival: a push whose body
+//! comes late is still answered before its caller's deadline.
 
 use crate::support::{grpc, sidecar, valid};
 
@@ -155,5 +157,130 @@ async fn a_push_behind_a_hung_init_is_answered_queued_in_time_then_applied() {
     })
     .await;
     assert!(applied.is_ok(), "the queued push was never applied");
+    sidecar.stop().await;
+}
+
+/// Set while a `test.push_deadline.hold` init is to wait (30 s at most).
+static HOLDING: AtomicBool = AtomicBool::new(false);
+/// Set once a `test.push_deadline.hold` init is waiting.
+static HELD: AtomicBool = AtomicBool::new(false);
+
+/// A worker whose `init` waits while [`HOLDING`] is set.
+#[derive(rewire::Component, Default)]
+#[component(kind = "worker", type = "test.push_deadline.hold")]
+struct Hold {}
+
+#[async_trait]
+impl Component for Hold {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while HOLDING.load(Ordering::SeqCst) && Instant::now() < deadline {
+            HELD.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+}
+
+/// A push (over a raw HTTP/2 stream) whose caller allows 2 s and whose
+/// body comes 1.2 s after its head, behind a reload that is held: it is
+/// answered `queued` by its deadline, counted from the head's arrival.
+/// Before: the answer was due 1.8 s after the handler ran (once the body
+/// was in), so tonic cut the call at 2 s, for a push applied later.
+#[tokio::test]
+async fn a_push_whose_body_comes_late_is_still_answered_before_its_deadline() {
+    use prost::Message;
+    use tonic::codegen::Bytes;
+
+    let config = valid(r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#);
+    let runtime = Runtime::start(config, Registry::collected(), RuntimeOptions::default())
+        .await
+        .expect("start failed");
+    let sidecar = Sidecar::serve(runtime, ApiOptions::default()).await;
+    let mut holder = grpc::lifecycle_client(sidecar.grpc_url()).await;
+    HOLDING.store(true, Ordering::SeqCst);
+    let held = tokio::spawn(async move {
+        let request = push(
+            "worker",
+            "held",
+            "test.push_deadline.hold",
+            &[],
+            grpc::PATIENCE,
+        );
+        holder.apply_configuration(request).await
+    });
+    let started = Instant::now();
+    while !HELD.load(Ordering::SeqCst) {
+        assert!(started.elapsed() < grpc::PATIENCE, "the hold never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let tcp = tokio::net::TcpStream::connect(sidecar.grpc_addr)
+        .await
+        .unwrap();
+    let (mut sender, connection) = h2::client::handshake(tcp)
+        .await
+        .expect("handshake");
+    let driven = tokio::spawn(connection);
+    let request = tonic::codegen::http::Request::post(format!(
+        "http://{}/rewire.lifecycle.v1.Lifecycle/ApplyConfiguration",
+        sidecar.grpc_addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-timeout", "2000m")
+    .body(())
+    .unwrap();
+    let (answer, mut body) = sender.send_request(request, false).expect("sent");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let message = push("state", "late", "memory", &[], Duration::from_secs(2))
+        .into_inner()
+        .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    body.send_data(Bytes::from(framed), true)
+        .expect("request body");
+
+    let answer = tokio::time::timeout(grpc::PATIENCE, answer)
+        .await
+        .expect("the head in time")
+        .expect("the head");
+    let grpc_status = |headers: &tonic::codegen::http::HeaderMap| {
+        headers
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap_or("?").to_string())
+    };
+    let (head, mut received) = answer.into_parts();
+    let mut bytes = Vec::new();
+    let mut trailers = None;
+    if grpc_status(&head.headers).is_none() {
+        while let Some(chunk) = received.data().await {
+            let chunk = chunk.expect("the answer's body");
+            let _ = received.flow_control().release_capacity(chunk.len());
+            bytes.extend_from_slice(&chunk);
+        }
+        trailers = received.trailers().await.expect("trailers");
+    }
+    let status = grpc_status(&head.headers)
+        .or_else(|| trailers.as_ref().and_then(grpc_status))
+        .expect("a grpc-status");
+    let said = |headers: &tonic::codegen::http::HeaderMap| {
+        headers
+            .get("grpc-message")
+            .map(|v| v.to_str().unwrap_or("?").to_string())
+    };
+    let message = said(&head.headers).or_else(|| trailers.as_ref().and_then(said));
+    assert_eq!(status, "0", "not answered OK: {message:?}");
+    let answered =
+        grpc::lifecycle::ApplyConfigurationResponse::decode(&bytes[5..]).expect("an answer");
+    assert!(
+        answered.accepted || answered.outcome == "queued",
+        "{answered:?}"
+    );
+
+    HOLDING.store(false, Ordering::SeqCst);
+    let _ = held.await;
+    driven.abort();
     sidecar.stop().await;
 }

@@ -10,6 +10,11 @@
 //! when no chunk arrives for `request_timeout` (`layotto_file`). The
 //! client's own `grpc-timeout` still bounds every call, uploads included
 //! (tonic reads it on every call).
+//!
+//! Every call (an upload too) is stamped with the instant its request head
+//! arrived ([`Arrived`]), as the bound and tonic's `grpc-timeout` count
+//! from it: a handler that runs only once the body is in and decoded
+//! reckons its deadline from there too.
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -18,6 +23,12 @@ use tonic::body::Body;
 use tonic::codegen::http::{Request, Response};
 use tonic::codegen::{BoxFuture, Service};
 use tonic::Status;
+
+/// When a call's request head arrived, in its extensions (put there by
+/// [`CallBound`] for every call): the caller's `grpc-timeout` and the
+/// server's bound count from it, not from when the handler runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived(pub(crate) tokio::time::Instant);
 
 /// Layotto's client-streaming upload, bounded by inactivity instead.
 const PUT_FILE: &str = "/spec.proto.runtime.v1.Runtime/PutFile";
@@ -71,7 +82,10 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        request
+            .extensions_mut()
+            .insert(Arrived(tokio::time::Instant::now()));
         if !bounded(request.uri().path()) {
             return Box::pin(self.inner.call(request));
         }

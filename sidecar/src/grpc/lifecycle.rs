@@ -22,13 +22,12 @@
 use std::collections::HashMap;
 
 use prost::Message;
-use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 
 use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
 
 use super::lifecycle_patch::{held_bytes, malformed, patch_of, too_many_refs, Declares};
-use super::lifecycle_wait::{cut_short, queued_reason, PushQueue, Waited};
+use super::lifecycle_wait::{cut_short, queued_reason, CallerClock, PushQueue, Waited};
 use super::observe::{caller, observed};
 use super::proto::rewire::lifecycle::v1 as pb;
 use super::proto::rewire::lifecycle::v1::lifecycle_server::Lifecycle;
@@ -64,9 +63,9 @@ impl LifecycleApi {
         declares: Declares,
         answer: impl FnOnce(pb::ApplyConfigurationResponse) -> Result<T, Status>,
     ) -> Result<Response<T>, Status> {
-        let metadata = request.metadata().clone();
+        let clock = CallerClock::of(&request);
         observed(&self.state, method, caller(&request), |call| async move {
-            let wait = (&self.pushes, &metadata);
+            let wait = (&self.pushes, &clock);
             apply(call, request.into_inner(), declares, wait)
                 .await
                 .and_then(answer)
@@ -100,9 +99,9 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::RemoveComponentRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        let metadata = request.metadata().clone();
+        let clock = CallerClock::of(&request);
         observed(&self.state, "RemoveComponent", caller(&request), |call| {
-            remove(call, request.into_inner(), (&self.pushes, &metadata))
+            remove(call, request.into_inner(), (&self.pushes, &clock))
         })
         .await
         .map(Response::new)
@@ -112,9 +111,9 @@ impl Lifecycle for LifecycleApi {
         &self,
         request: Request<pb::ReleaseComponentRequest>,
     ) -> Result<Response<pb::ApplyConfigurationResponse>, Status> {
-        let metadata = request.metadata().clone();
+        let clock = CallerClock::of(&request);
         observed(&self.state, "ReleaseComponent", caller(&request), |call| {
-            release(call, request.into_inner(), (&self.pushes, &metadata))
+            release(call, request.into_inner(), (&self.pushes, &clock))
         })
         .await
         .map(Response::new)
@@ -267,8 +266,9 @@ fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
 }
 
 /// The push queue (bounded: a push past its backlog is
-/// `RESOURCE_EXHAUSTED`) and the caller's request metadata (its deadline).
-type Wait<'a> = (&'a PushQueue, &'a MetadataMap);
+/// `RESOURCE_EXHAUSTED`) and the caller's deadline, from its request's
+/// arrival.
+type Wait<'a> = (&'a PushQueue, &'a CallerClock);
 
 /// The answer to a reload: ACK with the record, NACK with every reason, or
 /// `queued` when it had not finished when the answer was due.

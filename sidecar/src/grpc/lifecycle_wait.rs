@@ -5,7 +5,10 @@
 //! whichever is sooner. A push still waiting then (queued behind other
 //! reloads, or its own init still running) is answered `queued`, saying
 //! behind how many pushes it waits and that it is not applied yet — never
-//! `CANCELLED` for something applied later.
+//! `CANCELLED` for something applied later. The deadline counts from when
+//! the request's head arrived, as tonic's and the server's bound do, not
+//! from when the handler runs (after the upload, decoding and parsing): a
+//! push with nothing left of it is answered `queued` at once.
 //!
 //! The Lifecycle timeout is at least the runtime's init timeout plus
 //! [`INIT_MARGIN`], so a push whose own component hangs in `init` gets its
@@ -22,6 +25,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -98,11 +102,12 @@ impl PushQueue {
     }
 
     /// Runs the `admitted` push's `reload` to its end in its own task;
-    /// waits for it until the answer is due for a caller whose request
-    /// carried `metadata`.
+    /// waits for it until the answer is due for the caller `clock` tells
+    /// of (at once when the time spent since its request arrived used it
+    /// up).
     pub(super) async fn run<F>(
         &self,
-        metadata: &MetadataMap,
+        clock: &CallerClock,
         admitted: Admitted,
         reload: F,
     ) -> Result<Waited, Status>
@@ -114,8 +119,13 @@ impl PushQueue {
             let _pending = pending;
             reload.await
         });
-        let due = answer_due(caller_deadline(metadata), self.timeout);
-        match tokio::time::timeout(due, task).await {
+        let due = answer_due(clock.deadline, self.timeout);
+        // What the upload, decoding and parsing took since the request's
+        // head arrived is already spent.
+        let left = clock
+            .arrived
+            .map_or(due, |arrived| due.saturating_sub(arrived.elapsed()));
+        match tokio::time::timeout(left, task).await {
             Ok(Ok(result)) => Ok(Waited::Done(result)),
             Ok(Err(failed)) => Err(Status::internal(format!(
                 "the reload task failed: {failed}"
@@ -225,6 +235,28 @@ pub(super) fn answer_due(caller: Option<Duration>, timeout: Duration) -> Duratio
     deadline.saturating_sub(margin).max(deadline / 2)
 }
 
+/// A caller's deadline, and when its request arrived.
+pub(super) struct CallerClock {
+    /// Its `grpc-timeout`, if it sent one.
+    deadline: Option<Duration>,
+    /// When its request's head arrived (stamped by the call bound; absent
+    /// for a call made without it, which counts from the handler).
+    arrived: Option<Instant>,
+}
+
+impl CallerClock {
+    /// The clock of `request`: its `grpc-timeout`, and its arrival.
+    pub(super) fn of<T>(request: &tonic::Request<T>) -> Self {
+        Self {
+            deadline: caller_deadline(request.metadata()),
+            arrived: request
+                .extensions()
+                .get::<super::call_bound::Arrived>()
+                .map(|arrived| arrived.0),
+        }
+    }
+}
+
 /// The caller's deadline from `grpc-timeout` (`<digits><unit>`, units
 /// `H M S m u n`), if it sent one.
 fn caller_deadline(metadata: &MetadataMap) -> Option<Duration> {
@@ -267,8 +299,44 @@ mod tests {
             F: Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static,
         {
             let admitted = self.admit(bytes)?;
-            self.run(metadata, admitted, reload).await
+            let clock = CallerClock {
+                deadline: caller_deadline(metadata),
+                arrived: None,
+            };
+            self.run(&clock, admitted, reload).await
         }
+    }
+
+    /// The deadline counts from the request's arrival: a push whose
+    /// upload and decoding took 120 ms of the 150 ms its 200 ms deadline
+    /// leaves before the answer is due is answered 30 ms later, `queued`;
+    /// one that took all of it, at once. Before: 150 ms after the handler
+    /// ran, past the caller's deadline (tonic cut it `CANCELLED`).
+    #[tokio::test(start_paused = true)]
+    async fn the_answer_is_due_counting_from_the_requests_arrival() {
+        let queue = PushQueue::new(Duration::from_secs(45));
+        let (release, held) = tokio::sync::watch::channel(false);
+        for (spent, answered_after) in [
+            (Duration::from_millis(120), Duration::from_millis(30)),
+            (Duration::from_millis(150), Duration::ZERO),
+            (Duration::from_millis(400), Duration::ZERO),
+        ] {
+            let arrived = Instant::now();
+            tokio::time::advance(spent).await;
+            let clock = CallerClock {
+                deadline: Some(Duration::from_millis(200)),
+                arrived: Some(arrived),
+            };
+            let admitted = queue.admit(10).expect("room");
+            let started = Instant::now();
+            let waited = queue
+                .run(&clock, admitted, pending_until(&held))
+                .await
+                .expect("answered");
+            assert!(matches!(waited, Waited::Queued { .. }), "{spent:?}");
+            assert_eq!(started.elapsed(), answered_after, "{spent:?} spent");
+        }
+        release.send(true).expect("the reloads listen");
     }
 
     fn with_timeout(value: &'static str) -> MetadataMap {
