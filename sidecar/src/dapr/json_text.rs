@@ -8,12 +8,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{
-    DeserializeSeed, Deserializer, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor,
-};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+mod normalised;
+
+pub(crate) use normalised::NormalisedJson;
 
 /// serde_json's recursion limit: its depth budget at the top of a
 /// document (a value at most 127 arrays and objects deep is read).
@@ -342,174 +344,6 @@ pub(crate) fn reason_of(err: &serde_json::Error) -> String {
     text.strip_suffix(&position).unwrap_or(&text).to_string()
 }
 
-/// Writes a JSON value to `out` as `serde_json::Value` would read and then
-/// write it (compact, an object's members by key with a repeated key's
-/// last value, numbers and strings as serde_json prints them), without
-/// building it: arrays and scalars are written as they are read, and an
-/// object's members are held as text (with an index entry each) until it
-/// closes, so the memory is about the text's size, not a tree's. It reads
-/// in the document's own deserializer: the depth is serde_json's.
-pub(crate) struct NormalisedJson<'o> {
-    /// Where the JSON text goes.
-    pub(crate) out: &'o mut Vec<u8>,
-}
-
-impl NormalisedJson<'_> {
-    /// Writes `value` with serde_json's serializer.
-    fn write<T: serde::Serialize + ?Sized, E: serde::de::Error>(self, value: &T) -> Result<(), E> {
-        serde_json::to_writer(&mut *self.out, value).map_err(E::custom)
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for NormalisedJson<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NormalisedJson<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any valid JSON value")
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<(), E> {
-        self.write(&value)
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<(), E> {
-        self.write(&value)
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<(), E> {
-        self.write(&value)
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<(), E> {
-        // serde_json writes a float that is no number as `null`, as
-        // `Value` holds it.
-        self.write(&value)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
-        self.write(value)
-    }
-
-    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-        self.write(&())
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        self.deserialize(deserializer)
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.write(&())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let out = self.out;
-        out.push(b'[');
-        let mut first = true;
-        loop {
-            let element = Element {
-                out: &mut *out,
-                comma: !first,
-            };
-            if seq.next_element_seed(element)?.is_none() {
-                break;
-            }
-            first = false;
-        }
-        out.push(b']');
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        // Each member as its key's text then its value's JSON text;
-        // `index` holds where: (key start, key end = value start, end).
-        let mut members = Vec::new();
-        let mut index = Vec::new();
-        loop {
-            let start = members.len();
-            if map.next_key_seed(KeyText(&mut members))?.is_none() {
-                break;
-            }
-            let key_end = members.len();
-            map.next_value_seed(NormalisedJson { out: &mut members })?;
-            index.push((start, key_end, members.len()));
-        }
-        let key = |&(start, key_end, _): &(usize, usize, usize)| &members[start..key_end];
-        // Stable: of members with one key, the last stays last.
-        index.sort_by(|a, b| key(a).cmp(key(b)));
-        let out = self.out;
-        out.push(b'{');
-        let mut first = true;
-        for (at, member) in index.iter().enumerate() {
-            if index
-                .get(at + 1)
-                .is_some_and(|next| key(next) == key(member))
-            {
-                continue;
-            }
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            let text = std::str::from_utf8(key(member)).map_err(A::Error::custom)?;
-            serde_json::to_writer(&mut *out, text).map_err(A::Error::custom)?;
-            out.push(b':');
-            out.extend_from_slice(&members[member.1..member.2]);
-        }
-        out.push(b'}');
-        Ok(())
-    }
-}
-
-/// An array's element, after a comma unless it is the first.
-struct Element<'o> {
-    out: &'o mut Vec<u8>,
-    comma: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for Element<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        if self.comma {
-            self.out.push(b',');
-        }
-        NormalisedJson { out: self.out }.deserialize(deserializer)
-    }
-}
-
-/// A member's key, its text (unescaped) appended to a buffer.
-struct KeyText<'o>(&'o mut Vec<u8>);
-
-impl<'de> DeserializeSeed<'de> for KeyText<'_> {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeyText<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string key")
-    }
-
-    fn visit_str<E>(self, key: &str) -> Result<(), E> {
-        self.0.extend_from_slice(key.as_bytes());
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,10 +378,34 @@ mod tests {
         .iter()
         .map(ToString::to_string)
         .collect();
+        texts.extend(
+            [
+                // Keys that sort apart escaped and unescaped: `\u0041` is `A`.
+                r#"{"B":1,"\u0041":2,"A":3,"\u00e9":4,"é":5,"~":6}"#,
+                r#"{"b":{"d":[{"f":1,"e":2,"f":3}],"c":{}},"a":[],"b":{"y":{},"x":[[]]}}"#,
+                r#"[{"k":{"k":{"k":1,"k":2},"k":[{"z":0,"a":{}}]},"k":{"j":[],"k":{}}}]"#,
+                "{}",
+                "[]",
+                r#"{"":{"":[{}],"":{"":[]}}}"#,
+            ]
+            .map(ToString::to_string),
+        );
+        // Large members, so disordered objects are put in order at the
+        // end rather than where they stand.
+        let large = format!("\"{}\"", "l".repeat(300));
+        texts.push(format!(
+            r#"{{"b":{large},"a":{{"d":{large},"c":[{{"f":0,"e":{large}}}]}},"b":1}}"#
+        ));
         for depth in [126, 127, 128, 129] {
             texts.push(format!("{}{}", "[".repeat(depth), "]".repeat(depth)));
             let object = format!("{}0{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
             texts.push(object);
+            let disordered = format!(
+                "{}{large}{}",
+                r#"{"b":0,"a":0,"a":"#.repeat(depth),
+                r#","0":[{"b":{},"a":[]}]}"#.repeat(depth)
+            );
+            texts.push(disordered);
         }
         texts
     }
