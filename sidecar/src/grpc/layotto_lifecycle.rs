@@ -105,10 +105,25 @@ fn required(config: &pb::ComponentConfig) -> Result<(), Status> {
 
 /// The gRPC error a refused push becomes: `INVALID_ARGUMENT` for a
 /// rejected one, `ABORTED` when it rolled back, `DEADLINE_EXCEEDED` when it
-/// is still queued (it will be applied); `None` when it was taken.
+/// is still queued (it will be applied); `INTERNAL` for one applied in
+/// which a component's update failed after the commit (a staged in-place
+/// update that panicked: that component runs as before, or with part of
+/// the push), with the reasons (scrubbed in the ACK): Layotto's answer has
+/// no field to say it, and an OK would tell its client the push is in
+/// force. `None` when it was taken whole.
 fn status_of(answer: &rewire_pb::ApplyConfigurationResponse) -> Option<Status> {
     if answer.accepted {
-        return None;
+        let failed =
+            !answer.errors.is_empty() || answer.actions.values().any(|action| action == "failed");
+        if !failed {
+            return None;
+        }
+        let reasons = answer.errors.join("\n");
+        return Some(Status::internal(format!(
+            "{} (generation {}), but a component's update failed after the commit: it is not \
+             wholly in force (it runs as before, or with part of the push):\n{reasons}",
+            answer.outcome, answer.generation
+        )));
     }
     let code = match answer.outcome.as_str() {
         "rolled_back" => Code::Aborted,
@@ -191,7 +206,12 @@ mod tests {
 
     #[test]
     fn a_refused_push_is_an_error_with_every_reason() {
-        assert!(status_of(&answer(true, "applied")).is_none());
+        let clean = rewire_pb::ApplyConfigurationResponse {
+            errors: Vec::new(),
+            actions: [("state/a".to_string(), "updated_in_place".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert!(status_of(&clean).is_none());
         let rejected = status_of(&answer(false, "rejected")).expect("an error");
         assert_eq!(rejected.code(), Code::InvalidArgument);
         assert!(rejected.message().contains("unknown type x"));
@@ -201,5 +221,28 @@ mod tests {
         assert_eq!(rolled_back.code(), Code::Aborted);
         let queued = status_of(&answer(false, "queued")).expect("an error");
         assert_eq!(queued.code(), Code::DeadlineExceeded);
+    }
+
+    /// A push applied in which a component's update failed after the
+    /// commit is an error with its reasons, not OK: Layotto's answer has
+    /// no field to say so. Before: OK, the client took it for in force.
+    #[test]
+    fn a_push_applied_whose_update_failed_after_the_commit_is_an_error() {
+        let with_reasons = status_of(&answer(true, "applied")).expect("an error");
+        assert_eq!(with_reasons.code(), Code::Internal);
+        let message = with_reasons.message();
+        assert!(
+            message.starts_with("applied (generation 4), but a component's update failed")
+                && message.contains("unknown type x")
+                && message.contains("second"),
+            "{message}"
+        );
+        let failed_action = rewire_pb::ApplyConfigurationResponse {
+            errors: Vec::new(),
+            actions: [("state/a".to_string(), "failed".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        let failed = status_of(&failed_action).expect("an error");
+        assert_eq!(failed.code(), Code::Internal);
     }
 }
