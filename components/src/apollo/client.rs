@@ -15,8 +15,7 @@ use std::fmt;
 use std::time::Duration;
 
 use reqwest::{StatusCode, Url};
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
 use rewire_runtime::without_credentials;
@@ -24,7 +23,7 @@ use rewire_runtime::without_credentials;
 use super::error::{excerpt, ApolloError};
 use super::release_messages::ReleaseMessages;
 use super::signing;
-use crate::json_text::value_text;
+use super::value_texts::text_values;
 use crate::redacted::shown_addresses;
 
 /// The largest answer read from a config service, meta server or Open
@@ -80,21 +79,12 @@ pub(crate) struct ApolloConfig {
     #[serde(default)]
     pub cluster: String,
     pub namespace_name: String,
-    /// Key → value; values that are not strings are taken as JSON text.
+    /// Key → value; values that are not strings are taken as JSON text,
+    /// written as they are read (see [`text_values`]).
     #[serde(deserialize_with = "text_values")]
     pub configurations: BTreeMap<String, String>,
     #[serde(default)]
     pub release_key: String,
-}
-
-fn text_values<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw = Option::<BTreeMap<String, Value>>::deserialize(deserializer)?.unwrap_or_default();
-    Ok(raw
-        .iter()
-        .map(|(k, v)| (k.clone(), value_text(v)))
-        .collect())
 }
 
 /// A namespace and the last notification id the client knows of it (-1

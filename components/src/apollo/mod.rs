@@ -99,6 +99,7 @@ mod services;
 mod signing;
 mod start;
 mod trace;
+mod value_texts;
 mod writes;
 
 use std::sync::{Arc, Mutex};
