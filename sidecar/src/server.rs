@@ -112,7 +112,9 @@ impl ApiServer {
             local(&http_listener, http_addr)?,
         );
         warn_if_open(&options);
-        let tls = ServingTls::start(&options.tls, &shutdown).map_err(ApiError::Tls)?;
+        let tls = ServingTls::start_off_workers(&options.tls, &shutdown)
+            .await
+            .map_err(ApiError::Tls)?;
         let metrics = Arc::new(ApiMetrics::new());
         metrics.follow_reloads(&runtime);
         let state = ApiState {
