@@ -12,7 +12,7 @@ use super::TriggerContext;
 use crate::component::{ComponentKey, Kind};
 use crate::config::{parse_overlay, ConfigPatch, LayerChange, OverlaySpec};
 use crate::handle::{ConfigStoreHandle, LiveGeneration};
-use crate::kinds::ConfigQuery;
+use crate::kinds::{ConfigError, ConfigQuery};
 use crate::reload::{ReloadRequest, Trigger};
 
 /// The overlay documents: common, then app-specific.
@@ -190,7 +190,8 @@ fn parse_document(key: &str, text: Option<&str>) -> Result<Option<ConfigPatch>, 
 /// reload. A store call that does not answer within the store-call bound
 /// is abandoned and tried again (a read, a bound later), as is a read the
 /// store answers with an error; an invalid document is not (it is read
-/// again at the next write).
+/// again at the next write). A store that refuses to subscribe is polled
+/// instead ([`poll_overlay`]).
 pub(crate) async fn watch_overlay(
     cx: TriggerContext,
     spec: OverlaySpec,
@@ -225,9 +226,8 @@ async fn watch_overlay_round(
         let mut subscription = loop {
             match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
                 Ok(Ok(subscription)) => break subscription,
-                Ok(Err(err)) => {
-                    tracing::warn!(store = %spec.store, error = %err, "Cannot watch the overlay.");
-                    return;
+                Ok(Err(refused)) => {
+                    return poll_overlay(cx, spec, app_id, round, &handle, &refused).await;
                 }
                 Err(_) => {
                     tracing::warn!(store = %spec.store, timeout = ?within, "Subscribing to the overlay did not answer in time; asking again.");
@@ -247,6 +247,40 @@ async fn watch_overlay_round(
         let wait = resubscribe.next_wait();
         tracing::warn!(store = %spec.store, after = ?wait, "The overlay's subscription ended; subscribing again.");
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Reads the overlay every secret poll period (the first read at once,
+/// each read bounded by the store-call bound), sending what differs as a
+/// subscription's change would be: the watch of a store that `refused` to
+/// subscribe (a custom store that cannot notify), as a watched
+/// configurationRef of it is polled. Ends with `round`, or when the store
+/// is not running (the next generation's round reads it again).
+async fn poll_overlay(
+    cx: &TriggerContext,
+    spec: &OverlaySpec,
+    app_id: &str,
+    round: &CancellationToken,
+    handle: &ConfigStoreHandle,
+    refused: &ConfigError,
+) {
+    if handle.load().is_err() {
+        tracing::warn!(store = %spec.store, error = %refused, "Cannot watch the overlay: its store is not running.");
+        return;
+    }
+    let period = super::watched_refs::secret_poll_period(cx.secret_poll_interval);
+    tracing::warn!(store = %spec.store, error = %refused, every = ?period, "The overlay store refused to subscribe; polling the overlay instead.");
+    let mut ticks = tokio::time::interval(period);
+    // After a read abandoned at its bound, the next one waits a period
+    // (not a burst of the ticks missed meanwhile).
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if handle.load().is_err() {
+            return;
+        }
+        // A read that fails or does not answer is tried at the next tick.
+        overlay_changed(cx, spec, app_id, round).await;
     }
 }
 
@@ -324,6 +358,8 @@ mod tests {
         value: Mutex<String>,
         hold_next: AtomicBool,
         fail_next: AtomicBool,
+        /// `subscribe` is refused (a store that cannot notify).
+        refuses_to_subscribe: AtomicBool,
         held: Notify,
         release: Notify,
         hub: SubscriptionHub,
@@ -363,6 +399,9 @@ mod tests {
         }
 
         async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            if self.refuses_to_subscribe.load(Ordering::SeqCst) {
+                return Err(ConfigError::Unsupported("subscribe".into()));
+            }
             Ok(self.hub.subscribe(query))
         }
     }
@@ -427,6 +466,23 @@ mod tests {
             Some(documents(2)),
             "D2 not sent within {within:?} of its failed read"
         );
+        round.cancel();
+        let _ = watch.await;
+    }
+
+    /// A store that cannot notify: the overlay is read at once, then
+    /// polled, and a change written later is sent.
+    #[tokio::test(start_paused = true)]
+    async fn an_overlay_whose_store_refuses_to_subscribe_is_polled() {
+        let store = Arc::new(GatedStore::default());
+        store.refuses_to_subscribe.store(true, Ordering::SeqCst);
+        let (mut cx, mut queued, spec) = overlay_of(&store);
+        cx.secret_poll_interval = Duration::from_secs(1);
+        let round = CancellationToken::new();
+        let watch = tokio::spawn(watch_overlay(cx, spec, "shop".into(), round.clone()));
+        assert_eq!(next_sent(&mut queued).await, documents(1), "first read");
+        store.write(text(2));
+        assert_eq!(next_sent(&mut queued).await, documents(2), "polled");
         round.cancel();
         let _ = watch.await;
     }

@@ -198,7 +198,7 @@ fn force(cx: &TriggerContext, component: ComponentKey) {
 pub(crate) const MIN_SECRET_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The period secrets are polled at for the interval asked.
-fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
+pub(super) fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
     asked.max(MIN_SECRET_POLL)
 }
 
