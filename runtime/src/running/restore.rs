@@ -25,8 +25,10 @@ impl RunningSet {
     /// store's value moves on, or by the next reload (not back to back).
     ///
     /// Refused, with why, when the key no longer runs that instance or the
-    /// set is closed, or when the previous declaration's references would
-    /// now make a cycle.
+    /// set is closed, when the previous declaration references a component
+    /// that no longer runs (a ref store the same reload removed: the
+    /// running configuration would name a store that is gone), or when its
+    /// references would now make a cycle.
     pub(crate) fn restore(&self, previous: Arc<Running>) -> Result<(), String> {
         let key = previous.spec.key.clone();
         let mut state = self.state();
@@ -42,6 +44,19 @@ impl RunningSet {
             .same_as(&previous.assembled.instance)
         {
             return Err(format!("{key} runs another instance"));
+        }
+        let gone: Vec<String> = previous
+            .spec
+            .dependencies()
+            .into_iter()
+            .filter(|dependency| state.components.get(dependency).is_none())
+            .map(|dependency| dependency.to_string())
+            .collect();
+        if !gone.is_empty() {
+            return Err(format!(
+                "the previous references of {key} name what no longer runs: {}",
+                gone.join(", ")
+            ));
         }
         let same_refs = current.spec.component_refs == previous.spec.component_refs
             && current.spec.secret_refs == previous.spec.secret_refs
@@ -94,5 +109,158 @@ impl RunningSet {
         let mut components = Components::clone(&state.components);
         components.insert(key.clone(), Arc::new(holding));
         state.components = Arc::new(components);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::assemble::StartTimeouts;
+    use crate::component::Component;
+    use crate::config::{parse, validate};
+    use crate::kinds::{SecretError, SecretMap, SecretStore, SecretString};
+    use crate::redact::Redactor;
+    use crate::registry::{Buildable, ComponentDescriptor, Inject, Registry};
+    use crate::reload::tests::any_metadata;
+    use crate::running::Commit;
+
+    /// A secret store serving `pw` for every secret.
+    struct Vault;
+
+    #[async_trait]
+    impl Component for Vault {}
+
+    #[async_trait]
+    impl SecretStore for Vault {
+        async fn get_secret(
+            &self,
+            name: &str,
+            _: &HashMap<String, String>,
+        ) -> Result<SecretMap, SecretError> {
+            Ok(SecretMap::from([(
+                name.to_string(),
+                SecretString::new("pw"),
+            )]))
+        }
+
+        async fn bulk_get_secret(
+            &self,
+            _: &HashMap<String, String>,
+        ) -> Result<BTreeMap<String, SecretMap>, SecretError> {
+            Ok(BTreeMap::new())
+        }
+    }
+
+    impl Inject for Vault {}
+
+    impl Buildable for Vault {
+        fn into_instance(self: Box<Self>) -> Instance {
+            Instance::SecretStore(Arc::new(*self))
+        }
+    }
+
+    /// Uses what it is given.
+    struct User;
+
+    #[async_trait]
+    impl Component for User {}
+
+    impl Inject for User {}
+
+    impl Buildable for User {
+        fn into_instance(self: Box<Self>) -> Instance {
+            Instance::Custom(Arc::new(*self))
+        }
+    }
+
+    fn registry() -> Registry {
+        let mut registry = Registry::default();
+        registry.register(ComponentDescriptor {
+            kind: "secret_store",
+            type_name: "vault",
+            description: "",
+            example_metadata: "{}",
+            validate: any_metadata,
+            build: |_| Ok(Box::new(Vault)),
+            check_refs: None,
+            in_place: None,
+        });
+        registry.register(ComponentDescriptor {
+            kind: "custom",
+            type_name: "user",
+            description: "",
+            example_metadata: "{}",
+            validate: any_metadata,
+            build: |_| Ok(Box::new(User)),
+            check_refs: None,
+            in_place: None,
+        });
+        registry
+    }
+
+    /// `custom/user`, reading `secret_store/vault` through a secretRef
+    /// when `with_vault`; without it, neither the store nor the ref.
+    fn config(with_vault: bool, registry: &Registry) -> ValidConfig {
+        let text = match with_vault {
+            true => json!({"components": {
+                "secret_store": {"vault": {"type": "vault"}},
+                "custom": {"user": {"type": "user", "metadata": {"rev": 1},
+                    "secretRef": [{"store": "vault", "name": "p", "key": "p", "injectAs": "password"}]}}
+            }}),
+            false => json!({"components": {
+                "custom": {"user": {"type": "user", "metadata": {"rev": 2, "password": "inline"}}}
+            }}),
+        };
+        let config = parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        validate(config, registry).unwrap_or_else(|p| panic!("{p}"))
+    }
+
+    /// A reload removed the vault and updated the user (in place, its
+    /// ref replaced by an inline value); the update panicked when applied:
+    /// its previous declaration, reading the vault, is not put back.
+    #[tokio::test]
+    async fn a_previous_declaration_reading_a_removed_store_is_not_restored() {
+        let registry = registry();
+        let redactor = Redactor::default();
+        let timeouts = StartTimeouts::default();
+        let running = RunningSet::start(config(true, &registry), &registry, timeouts, &redactor)
+            .await
+            .unwrap_or_else(|f| panic!("{f:?}"));
+        let user = ComponentKey::new("custom", "user");
+        let vault = ComponentKey::new("secret_store", "vault");
+        let before = running.snapshot();
+        let previous = Arc::clone(before.components.get(&user).expect("custom/user runs"));
+
+        let after = config(false, &registry);
+        let mut components = Components::clone(&before.components);
+        let retired = components.remove(&vault).expect("the vault runs");
+        let updated = Running {
+            spec: Arc::clone(&after.config.components[&user]),
+            assembled: previous.assembled.clone(),
+        };
+        components.insert(user.clone(), Arc::new(updated));
+        let committed = running.commit(Commit {
+            config: after,
+            layers: RunningLayers::FileOnly,
+            components: Arc::new(components),
+            acted_on: BTreeSet::from([user.clone(), vault.clone()]),
+            publish: true,
+        });
+        assert!(committed.is_ok(), "not committed");
+
+        let refused = running
+            .restore(previous)
+            .expect_err("restored a declaration reading a removed store");
+        assert!(refused.contains("secret_store/vault"), "{refused}");
+        assert!(refused.contains("custom/user"), "{refused}");
+        let config = running.config();
+        assert!(config.config.components[&user].secret_refs.is_empty());
+        running.close_all(None).await;
+        drop(retired);
     }
 }
