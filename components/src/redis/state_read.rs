@@ -76,7 +76,10 @@ pub(super) fn entry(key: &str, stored: Stored) -> Result<Option<StateEntry>, Sta
 
 /// What every key of `keys` (full Redis keys) holds, in order: one
 /// `MULTI`/`EXEC` on one server; on a cluster one per hash slot (a
-/// transaction cannot span slots), sent concurrently.
+/// transaction cannot span slots), sent concurrently. On a cluster, a
+/// slot's read that fails (its master unreachable, slow past the
+/// timeouts) is the error of each of its keys, as Dapr's bulk get answers
+/// per item: the other slots' keys are still answered.
 pub(super) async fn read_snapshots(
     conn: BoundedConnection,
     keys: Vec<String>,
@@ -94,18 +97,36 @@ pub(super) async fn read_snapshots(
         return read_snapshot(conn, keys).await;
     }
     let mut reads = tokio::task::JoinSet::new();
+    let mut groups_of_reads = HashMap::new();
     for group in groups {
         let group_keys = group.iter().map(|&index| keys[index].clone()).collect();
         let conn = conn.clone();
-        reads.spawn(async move { (group, read_snapshot(conn, group_keys).await) });
+        let read = reads.spawn(read_snapshot(conn, group_keys));
+        groups_of_reads.insert(read.id(), group);
     }
     let mut replies: Vec<Option<RedisResult<Stored>>> = keys.iter().map(|_| None).collect();
-    while let Some(joined) = reads.join_next().await {
-        let (group, read) = joined.map_err(|err| {
-            RedisError::from(std::io::Error::other(format!("a bulk read ended: {err}")))
-        })?;
-        for (index, reply) in group.into_iter().zip(read?) {
-            replies[index] = Some(reply);
+    while let Some(joined) = reads.join_next_with_id().await {
+        let (id, read) = match joined {
+            Ok((id, read)) => (id, read),
+            Err(err) => (
+                err.id(),
+                Err(RedisError::from(std::io::Error::other(format!(
+                    "a bulk read ended: {err}"
+                )))),
+            ),
+        };
+        let group = groups_of_reads.remove(&id).unwrap_or_default();
+        match read {
+            Ok(read) => {
+                for (index, reply) in group.into_iter().zip(read) {
+                    replies[index] = Some(reply);
+                }
+            }
+            Err(err) => {
+                for index in group {
+                    replies[index] = Some(Err(err.clone()));
+                }
+            }
         }
     }
     Ok(replies

@@ -645,3 +645,58 @@ async fn redis_cluster_a_slot_migrating_to_a_new_empty_master_is_followed_throug
     );
     assert_eq!(master_of(&cluster, "{grow}").await, target);
 }
+
+/// A bulk get over keys of two masters while one holds every command
+/// past the timeouts (`CLIENT PAUSE`, as an unreachable master): the keys
+/// of the other master are answered, each key of the held one carries its
+/// error, and once the master answers again both are read. Before: the
+/// whole bulk get failed with the held master's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_a_bulk_get_answers_the_keys_of_the_masters_that_answer() {
+    let cluster = RedisCluster::start().await;
+    let mut short = metadata(&cluster);
+    // Every command is cut within 1 s: well inside the pause below.
+    short["dialTimeout"] = json!("500ms");
+    let store = match common::start("state", "redis", short).await {
+        Ok(Instance::State(store)) => store,
+        other => panic!("expected a state store, got {other:?}"),
+    };
+    let held_key = "{bulk-held}";
+    let held = master_of(&cluster, held_key).await;
+    let answering_key = key_elsewhere(&cluster, held).await;
+    for (key, value) in [(held_key, "held"), (answering_key.as_str(), "there")] {
+        store
+            .set(write(key, value, None))
+            .await
+            .unwrap_or_else(|e| panic!("set {key}: {e}"));
+    }
+    let keys = vec![held_key.to_string(), answering_key.clone()];
+    let data = |item: &rewire_runtime::BulkGetItem| {
+        item.entry
+            .as_ref()
+            .map(|entry| String::from_utf8_lossy(&entry.data).into_owned())
+    };
+
+    let millis = Duration::from_millis(2500).as_millis().to_string();
+    cluster
+        .query(held, &["CLIENT", "PAUSE", &millis, "ALL"])
+        .await
+        .expect("CLIENT PAUSE");
+    let resumed = Instant::now() + Duration::from_millis(2500);
+    let items = store.bulk_get(keys.clone()).await.expect("a bulk get");
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0].key, held_key);
+    assert!(
+        items[0].error.is_some() && items[0].entry.is_none(),
+        "{items:?}"
+    );
+    assert_eq!(items[1].key, answering_key);
+    assert_eq!(items[1].error, None, "{items:?}");
+    assert_eq!(data(&items[1]).as_deref(), Some("there"));
+
+    sleep(resumed.saturating_duration_since(Instant::now()) + Duration::from_millis(100)).await;
+    let items = store.bulk_get(keys).await.expect("a bulk get");
+    assert!(items.iter().all(|item| item.error.is_none()), "{items:?}");
+    assert_eq!(data(&items[0]).as_deref(), Some("held"));
+    assert_eq!(data(&items[1]).as_deref(), Some("there"));
+}
