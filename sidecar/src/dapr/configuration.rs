@@ -291,8 +291,9 @@ impl ConfigOps {
 
     /// Refuses a request naming more keys, or larger ones, than the
     /// sidecar keeps for one request ([`MAX_CONFIG_KEYS`],
-    /// [`MAX_CONFIG_KEY_BYTES`]).
-    fn check_keys(&self, keys: &[String]) -> Result<(), ConfigOpError> {
+    /// [`MAX_CONFIG_KEY_BYTES`]); a subscribe checks it before booking its
+    /// place, so a malformed request is told so even at the cap.
+    pub fn check_keys(&self, keys: &[String]) -> Result<(), ConfigOpError> {
         if keys.len() > MAX_CONFIG_KEYS {
             return Err(ConfigOpError::TooManyKeys {
                 store: self.name.clone(),

@@ -65,6 +65,7 @@ pub(super) async fn subscribe(
         metadata: req.metadata,
         ..ConfigQuery::default()
     };
+    store.check_keys(&query.keys).map_err(subscribe_status)?;
     let booked = subscriptions.book(&req.store_name, peer)?;
     let subscription = store.subscribe(query).await.map_err(subscribe_status)?;
     Ok(booked.start(subscription))
@@ -112,4 +113,90 @@ fn unsubscribe_failure(id: &str, err: &UnsubscribeError) -> String {
         UnsubscribeError::OtherStore { .. } => err.to_string(),
     };
     format!("failed to unsubscribe to configuration request {id}: {reason}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use rewire_runtime::config::{parse, validate};
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::{
+        Component, ConfigError, ConfigItem, ConfigStore, ConfigSubscription, Registry, Runtime,
+        RuntimeOptions,
+    };
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::dapr::{StoreLabel, MAX_BULK_ITEMS};
+    use crate::metrics::ApiMetrics;
+
+    /// Subscribes made to [`CountedStore`].
+    static SUBSCRIBES: AtomicUsize = AtomicUsize::new(0);
+
+    /// A config store that counts the subscribes it is asked for.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "config_store", type = "test.config.counted")]
+    struct CountedStore {}
+
+    #[async_trait]
+    impl Component for CountedStore {}
+
+    #[async_trait]
+    impl ConfigStore for CountedStore {
+        async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            Ok(Vec::new())
+        }
+
+        async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            SUBSCRIBES.fetch_add(1, Ordering::SeqCst);
+            let (_sender, changes) = tokio::sync::mpsc::channel(1);
+            Ok(ConfigSubscription {
+                id: "1".into(),
+                changes,
+            })
+        }
+    }
+
+    fn request(keys: Vec<String>) -> pb::SubscribeConfigurationRequest {
+        pb::SubscribeConfigurationRequest {
+            store_name: "c".into(),
+            keys,
+            ..Default::default()
+        }
+    }
+
+    /// At the cap, a subscribe is refused before the store is asked (it
+    /// cost a read and a watch), and a malformed one is told so first
+    /// (`INVALID_ARGUMENT`, not a retryable `RESOURCE_EXHAUSTED`).
+    #[tokio::test]
+    async fn at_the_cap_a_subscribe_is_checked_then_refused_before_the_store_is_asked() {
+        let file =
+            parse(br#"{"components": {"config_store": {"c": {"type": "test.config.counted"}}}}"#)
+                .unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = Arc::new(ApiMetrics::new());
+        let subscriptions = Subscriptions::with_max(CancellationToken::new(), 1 << 20, metrics, 1);
+        let _held = subscriptions.book("c", None).expect("the one place");
+        let call = || Call::new(&runtime, StoreLabel::default());
+
+        let full = subscribe(call(), &subscriptions, request(vec!["k".into()]), None).await;
+        assert_eq!(
+            full.err().map(|s| s.code()),
+            Some(tonic::Code::ResourceExhausted)
+        );
+        assert_eq!(SUBSCRIBES.load(Ordering::SeqCst), 0, "the store was asked");
+        let keys = vec!["k".to_string(); MAX_BULK_ITEMS + 1];
+        let malformed = subscribe(call(), &subscriptions, request(keys), None).await;
+        assert_eq!(
+            malformed.err().map(|s| s.code()),
+            Some(tonic::Code::InvalidArgument)
+        );
+        runtime.shutdown().await;
+    }
 }

@@ -54,7 +54,7 @@ impl Subscriptions {
     }
 
     /// The same, with at most `max` open at once.
-    fn with_max(
+    pub(super) fn with_max(
         shutdown: CancellationToken,
         limit: usize,
         metrics: Arc<ApiMetrics>,

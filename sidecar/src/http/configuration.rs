@@ -147,6 +147,7 @@ pub async fn subscribe(
         label: None,
         ..config_query(&pairs, &store_name)?
     };
+    store.check_keys(&query.keys)?;
     let booked = updates.book(&store_name).map_err(|err| match err {
         OpenError::NoAppChannel => no_app_channel(&state),
         too_many @ OpenError::TooMany(_) => HttpError::Api {
