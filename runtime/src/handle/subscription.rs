@@ -161,8 +161,9 @@ struct Seen {
     empty: bool,
 }
 
-/// The digests of one subscription: 128 bits from two SipHash keys drawn
-/// at random for it, so no value can be chosen to collide with another.
+/// The digests of one subscription: 128 bits from two SipHash states
+/// whose keys are secret (seeded from the OS's random source, as a
+/// `HashMap`'s), so no value can be chosen to collide with another.
 struct Digests(RandomState, RandomState);
 
 impl Digests {
