@@ -1,5 +1,6 @@
 //! How the APIs are served: addresses, tokens, limits.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use crate::auth::ApiToken;
@@ -160,22 +161,67 @@ impl ApiOptions {
     }
 
     /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
-    /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset.
-    pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        Self {
-            app_token: var("DAPR_API_TOKEN")
-                .or_else(|| var("REWIRE_API_TOKEN"))
-                .map(ApiToken::new),
-            admin_token: var("REWIRE_ADMIN_TOKEN").map(ApiToken::new),
+    /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset. A token
+    /// variable set to something that is not valid UTF-8 is an error
+    /// naming it: taken for unset, it would leave the API it guards open.
+    pub fn from_env() -> Result<Self, String> {
+        Self::from_vars(|name| std::env::var_os(name))
+    }
+
+    /// [`from_env`](Self::from_env), each variable read with `lookup`.
+    fn from_vars(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Self, String> {
+        let var = |name: &str| -> Result<Option<String>, String> {
+            match lookup(name).map(OsString::into_string) {
+                None => Ok(None),
+                Some(Ok(text)) => Ok(Some(text).filter(|text| !text.is_empty())),
+                Some(Err(_)) => Err(format!(
+                    "the environment variable {name} is set but is not valid UTF-8: a token \
+                     must be text (unset it, or set it empty, for no token)"
+                )),
+            }
+        };
+        // Every token variable is read, so a bad one is never skipped.
+        let dapr = var("DAPR_API_TOKEN")?;
+        let rewire = var("REWIRE_API_TOKEN")?;
+        let admin = var("REWIRE_ADMIN_TOKEN")?;
+        Ok(Self {
+            app_token: dapr.or(rewire).map(ApiToken::new),
+            admin_token: admin.map(ApiToken::new),
             ..Self::default()
-        }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token variable set to bytes that are not UTF-8 is refused, naming
+    /// it, whichever it is. Before: taken for unset, so the API it guards
+    /// was open.
+    #[test]
+    fn a_token_variable_that_is_not_utf8_is_refused_naming_it() {
+        use std::os::unix::ffi::OsStringExt;
+        for bad in ["DAPR_API_TOKEN", "REWIRE_API_TOKEN", "REWIRE_ADMIN_TOKEN"] {
+            let lookup = |name: &str| match name {
+                name if name == bad => Some(OsString::from_vec(vec![0xff, b'a'])),
+                "DAPR_API_TOKEN" => Some(OsString::from("app")),
+                _ => None,
+            };
+            let refused = ApiOptions::from_vars(lookup).expect_err("refused");
+            assert!(
+                refused.contains(bad) && refused.contains("not valid UTF-8"),
+                "{refused}"
+            );
+        }
+        let taken = ApiOptions::from_vars(|name| match name {
+            "REWIRE_API_TOKEN" => Some(OsString::from("app")),
+            "REWIRE_ADMIN_TOKEN" => Some(OsString::new()),
+            _ => None,
+        })
+        .expect("text tokens");
+        assert!(taken.app_token.is_some() && taken.admin_token.is_none());
+    }
 
     #[test]
     fn a_replaced_instance_is_kept_for_the_longest_unary_call() {

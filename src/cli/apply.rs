@@ -187,6 +187,7 @@ fn repeated_field(fields: &[(String, String)]) -> Option<String> {
 
 /// Sends the push or the release, with the token from the environment.
 async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
+    let token = env_token().map_err(Failed::Refused)?;
     let channel = connect(&args.addr, &args.tls)
         .await
         .map_err(Failed::Refused)?;
@@ -198,9 +199,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
             based_on_generation: args.based_on_generation,
         };
         client
-            .release_component(bounded(
-                with_token(Request::new(request)).map_err(Failed::Refused)?,
-            ))
+            .release_component(bounded(with_token(Request::new(request), &token)))
             .await
     } else {
         let request = DynamicConfiguration {
@@ -213,7 +212,7 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
             }),
             based_on_generation: args.based_on_generation,
         };
-        let request = bounded(with_token(Request::new(request)).map_err(Failed::Refused)?);
+        let request = bounded(with_token(Request::new(request), &token));
         if args.replace {
             client.apply_configuration(request).await
         } else {
@@ -381,26 +380,33 @@ async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<C
     }
 }
 
-/// `request` with the admin token (else the app token) from the
-/// environment, read as the sidecar reads them: `REWIRE_ADMIN_TOKEN`, else
-/// `DAPR_API_TOKEN`, else `REWIRE_API_TOKEN`; an empty variable is no
-/// token.
-fn with_token<T>(mut request: Request<T>) -> Result<Request<T>, String> {
-    let set = |name: &str| std::env::var(name).ok().filter(|t| !t.is_empty());
-    let token = set("REWIRE_ADMIN_TOKEN")
-        .map(|t| (ADMIN_TOKEN_HEADER, t))
-        .or_else(|| {
-            set("DAPR_API_TOKEN")
-                .or_else(|| set("REWIRE_API_TOKEN"))
-                .map(|t| (APP_TOKEN_HEADER, t))
-        });
-    if let Some((header, token)) = token {
-        let value = token
-            .parse::<MetadataValue<_>>()
-            .map_err(|_| "the token in the environment is not a valid header value".to_string())?;
-        request.metadata_mut().insert(header, value);
+/// The admin token (else the app token) from the environment, as the
+/// header it goes in, read as the sidecar reads them:
+/// `REWIRE_ADMIN_TOKEN`, else `DAPR_API_TOKEN`, else `REWIRE_API_TOKEN`;
+/// an empty variable is no token, one that is not valid UTF-8 (or not a
+/// valid header value) an error naming it, before anything is sent.
+fn env_token() -> Result<Option<Token>, String> {
+    use super::remote::token_var;
+    let admin = token_var("REWIRE_ADMIN_TOKEN")?.map(|t| (ADMIN_TOKEN_HEADER, t));
+    let app = token_var("DAPR_API_TOKEN")?.or(token_var("REWIRE_API_TOKEN")?);
+    let Some((header, token)) = admin.or_else(|| app.map(|t| (APP_TOKEN_HEADER, t))) else {
+        return Ok(None);
+    };
+    let value = token
+        .parse::<MetadataValue<_>>()
+        .map_err(|_| "the token in the environment is not a valid header value".to_string())?;
+    Ok(Some((header, value)))
+}
+
+/// A token and the header it goes in.
+type Token = (&'static str, MetadataValue<tonic::metadata::Ascii>);
+
+/// `request` with `token`, if any.
+fn with_token<T>(mut request: Request<T>, token: &Option<Token>) -> Request<T> {
+    if let Some((header, value)) = token {
+        request.metadata_mut().insert(*header, value.clone());
     }
-    Ok(request)
+    request
 }
 
 /// What the sidecar's answer is, for the exit status.

@@ -2,6 +2,7 @@
 //! share: how long they wait for it, and how they tell why it failed.
 
 use std::error::Error;
+use std::ffi::OsString;
 use std::time::Duration;
 
 /// The longest wait for a connection (TCP, and TLS where asked for) to the
@@ -24,6 +25,26 @@ pub const PING_ANSWERED_WITHIN: Duration = Duration::from_secs(10);
 /// is not done).
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The token in the environment variable `name`, read as the sidecar
+/// reads it: `None` when unset or empty; an error naming the variable
+/// when it is set to something that is not valid UTF-8 (taken for unset,
+/// the call would go without the token the user set).
+pub fn token_var(name: &str) -> Result<Option<String>, String> {
+    token_of(name, std::env::var_os(name))
+}
+
+/// [`token_var`] of the value `value` the variable `name` has.
+fn token_of(name: &str, value: Option<OsString>) -> Result<Option<String>, String> {
+    match value.map(OsString::into_string) {
+        None => Ok(None),
+        Some(Ok(text)) => Ok(Some(text).filter(|text| !text.is_empty())),
+        Some(Err(_)) => Err(format!(
+            "the environment variable {name} is set but is not valid UTF-8: a token must be \
+             text (unset it, or set it empty, for no token)"
+        )),
+    }
+}
+
 /// `error` and each of its sources, `outer: inner: …`: the cause
 /// (`Connection refused`, a TLS certificate error) that a transport
 /// error's own text (`transport error`, `error sending request`) leaves
@@ -45,6 +66,25 @@ pub fn error_chain(error: &dyn Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token variable set to bytes that are not UTF-8 is an error naming
+    /// it. Before: taken for unset, the call went without the token.
+    #[test]
+    fn a_token_variable_that_is_not_utf8_is_an_error_naming_it() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = OsString::from_vec(vec![0xff, b'a']);
+        let refused = token_of("REWIRE_ADMIN_TOKEN", Some(bad)).expect_err("refused");
+        assert!(
+            refused.contains("REWIRE_ADMIN_TOKEN") && refused.contains("not valid UTF-8"),
+            "{refused}"
+        );
+        assert_eq!(
+            token_of("T", Some("s3cret".into())),
+            Ok(Some("s3cret".into()))
+        );
+        assert_eq!(token_of("T", Some(OsString::new())), Ok(None));
+        assert_eq!(token_of("T", None), Ok(None));
+    }
 
     #[derive(Debug)]
     struct Wrapped(&'static str, Option<Box<dyn Error + 'static>>);

@@ -70,6 +70,14 @@ pub async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The tokens: one set but unreadable must not leave its API open.
+    let env_options = match ApiOptions::from_env() {
+        Ok(options) => options,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
     let registry = Registry::collected();
     let source = config_source::choose(args.config.clone(), args.dapr.clone());
     match &source {
@@ -84,7 +92,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     let Some(valid) = config_source::load_source(&source, &registry, DataFiles::Create) else {
         return ExitCode::FAILURE;
     };
-    let options = rewire::sidecar::ApiOptions::from_env().runtime_options();
+    let options = env_options.runtime_options();
     let runtime = match start_unless_stopped(valid, registry, options, &mut stop).await {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -109,16 +117,18 @@ pub async fn run(args: RunArgs) -> ExitCode {
             .collect(),
         Source::Sources(sources) => runtime.watch_config_sources(sources, CONFIG_RESYNC),
     };
-    serve_until_stopped(runtime, &args, tls, stop, tracing_follower).await
+    let options = ApiOptions { tls, ..env_options };
+    serve_until_stopped(runtime, &args, options, stop, tracing_follower).await
 }
 
-/// Serves the sidecar APIs until a stop signal; then stops accepting, lets
-/// in-flight calls finish (up to the shutdown grace, then every connection
-/// is cut), and closes components users-first.
+/// Serves the sidecar APIs with `options` (and the app channel `args`
+/// gives) until a stop signal; then stops accepting, lets in-flight calls
+/// finish (up to the shutdown grace, then every connection is cut), and
+/// closes components users-first.
 async fn serve_until_stopped(
     runtime: Runtime,
     args: &RunArgs,
-    tls: rewire::sidecar::tls::TlsSettings,
+    options: ApiOptions,
     mut stop: StopSignals,
     tracing_follower: rewire::sidecar::telemetry::Following,
 ) -> ExitCode {
@@ -131,9 +141,8 @@ async fn serve_until_stopped(
         rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol)
     });
     let options = ApiOptions {
-        tls,
         app_channel: app_channel.clone(),
-        ..ApiOptions::from_env()
+        ..options
     };
     // Connections are cut after the grace; this bounds the rest.
     let serving_bound = options.shutdown_grace + STOP_MARGIN;

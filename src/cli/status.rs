@@ -26,7 +26,14 @@ pub async fn status_command(
             return ExitCode::FAILURE;
         }
     };
-    let response = match request(&client, &url).send().await {
+    let request = match request(&client, &url) {
+        Ok(request) => request,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let response = match request.send().await {
         Ok(response) => response,
         Err(err) => {
             eprintln!(
@@ -83,18 +90,19 @@ fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client
     builder.build().map_err(|err| format!("HTTP client: {err}"))
 }
 
-/// The status request, with the API and admin tokens from the environment.
-fn request(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+/// The status request, with the API and admin tokens from the environment
+/// (a token variable that is not valid UTF-8 is an error naming it).
+fn request(client: &reqwest::Client, url: &str) -> Result<reqwest::RequestBuilder, String> {
+    use super::remote::token_var;
     let mut request = client.get(url);
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if let Some(token) = var("DAPR_API_TOKEN").or_else(|| var("REWIRE_API_TOKEN")) {
+    if let Some(token) = token_var("DAPR_API_TOKEN")?.or(token_var("REWIRE_API_TOKEN")?) {
         request = request.header("dapr-api-token", token);
     }
     // Status is admin data: with an admin token set, it needs that one.
-    if let Some(token) = var("REWIRE_ADMIN_TOKEN") {
+    if let Some(token) = token_var("REWIRE_ADMIN_TOKEN")? {
         request = request.header("rewire-admin-token", token);
     }
-    request
+    Ok(request)
 }
 
 /// The status as text: generation and app id, one line per component,

@@ -865,3 +865,36 @@ fn a_metadata_field_given_twice_is_refused_before_anything_is_sent() {
         "error: metadata field `defaultTtlInSeconds` given twice (`5`, then `50`): give each field once"
     );
 }
+
+/// A token variable set to bytes that are not UTF-8 is an error naming it
+/// for `run` (before serving anything: taken for unset, it left the
+/// Lifecycle API open), `apply` and `status` (nothing sent). Before: taken
+/// for unset.
+#[test]
+fn a_token_variable_that_is_not_utf8_is_refused_naming_it() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = std::ffi::OsStr::from_bytes(&[0xff, b'a']);
+    let unused = format!("127.0.0.1:{}", free_port());
+    let runs: [&[&str]; 3] = [
+        &["run", "--grpc-addr", &unused, "--http-addr", &unused],
+        &["apply", "--kind", "state", "--name", "s", "--addr", &unused],
+        &["status", "--http-addr", &unused],
+    ];
+    for args in runs {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command.args(args);
+        for name in TOKEN_VARIABLES {
+            command.env_remove(name);
+        }
+        command.env("REWIRE_ADMIN_TOKEN", bad);
+        let out = testkit::output(&mut command);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                "error: the environment variable REWIRE_ADMIN_TOKEN is set but is not valid UTF-8"
+            ),
+            "{args:?}: {stderr}"
+        );
+    }
+}
