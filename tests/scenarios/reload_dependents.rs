@@ -264,6 +264,8 @@ impl InPlaceUpdate for Source {
 #[serde(default)]
 struct ReaderMeta {
     rev: u64,
+    /// Free value (a secretRef may inject it).
+    token: Option<String>,
 }
 
 /// Reads the source's value through its handle in `init`, once.
@@ -563,5 +565,89 @@ async fn a_dependents_down_secret_store_does_not_roll_back_a_change_of_its_depen
     assert!(instance(&runtime, "probe/user").same_as(&user));
     assert_eq!(probe(&runtime, "user").meta().value.as_deref(), Some("pw"));
     assert_eq!((inits("dep-down-mid"), inits("dep-down-user")), (1, 1));
+    runtime.shutdown().await;
+}
+
+/// The value [`RotatedSecrets`] serves for every secret.
+static ROTATED_SECRET: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// A secret store serving [`ROTATED_SECRET`] for every secret: a value
+/// rotated out of band, which a `watch: false` ref does not follow.
+#[derive(rewire::Component)]
+#[component(kind = "secret_store", type = "test.dependents.rotated_secrets")]
+struct RotatedSecrets {
+    #[metadata]
+    _meta: DownSecretsMeta,
+}
+
+#[async_trait]
+impl Component for RotatedSecrets {}
+
+#[async_trait]
+impl SecretStore for RotatedSecrets {
+    async fn get_secret(
+        &self,
+        name: &str,
+        _: &std::collections::HashMap<String, String>,
+    ) -> Result<rewire::SecretMap, rewire::SecretError> {
+        let value = ROTATED_SECRET
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Ok(rewire::SecretMap::from([(
+            name.to_string(),
+            SecretString::new(value),
+        )]))
+    }
+
+    async fn bulk_get_secret(
+        &self,
+        _: &std::collections::HashMap<String, String>,
+    ) -> Result<BTreeMap<String, rewire::SecretMap>, rewire::SecretError> {
+        Err(rewire::SecretError::Backend("not served".into()))
+    }
+}
+
+/// The source `s` holding `value` (updated the default way: left to the
+/// commit) and the reader `r` using it, with an unwatched secretRef to
+/// `vault`.
+fn rotated_config(value: &str) -> String {
+    format!(
+        r#"{{"appId": "dependents-rotated", "components": {{
+            "secret_store": {{"vault": {{"type": "test.dependents.rotated_secrets"}}}},
+            "probe": {{
+                "s": {{"type": "test.dependents.source", "metadata": {{"value": "{value}"}}}},
+                "r": {{"type": "test.dependents.reader",
+                       "componentRef": [{{"type": "probe", "name": "s"}}],
+                       "secretRef": [{{"store": "vault", "name": "t", "key": "t", "injectAs": "token"}}]}}
+            }}
+        }}}}"#
+    )
+}
+
+/// A dependent whose declaration and stores did not change is kept when
+/// its dependency changes, its unwatched secretRef not read again: a value
+/// rotated out of band does not rebuild it there, where its `init` would
+/// read the dependency before the update left to the commit is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_with_a_rotated_unwatched_secret_is_not_rebuilt_against_its_dependencys_old_state(
+) {
+    *ROTATED_SECRET.lock().unwrap_or_else(|p| p.into_inner()) = "t1".into();
+    let runtime = start(&rotated_config("old")).await;
+    assert_eq!(seen(&runtime), "old");
+    let r = instance(&runtime, "probe/r");
+    *ROTATED_SECRET.lock().unwrap_or_else(|p| p.into_inner()) = "t2".into();
+
+    let record = apply_ok(&runtime, &rotated_config("new")).await;
+    assert_eq!(
+        actions(&record),
+        [
+            ("probe/r".to_string(), Action::Unchanged),
+            ("probe/s".to_string(), Action::UpdatedInPlace),
+            ("secret_store/vault".to_string(), Action::Unchanged),
+        ]
+    );
+    assert!(instance(&runtime, "probe/r").same_as(&r));
+    assert_eq!(source(&runtime).value(), "new");
     runtime.shutdown().await;
 }
