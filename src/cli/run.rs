@@ -208,10 +208,11 @@ async fn shut_down(
     runtime.stop_reloads();
     stop_serving.cancel();
     let served = match tokio::time::timeout(serving_bound, server.stopped()).await {
-        Ok(served) => served,
+        Ok(Ok(())) => Served::Stopped,
+        Ok(Err(err)) => Served::Failed(err),
         Err(_) => {
             tracing::warn!(waited = ?serving_bound, "The APIs did not stop in time; closing components anyway.");
-            Ok(())
+            Served::TimedOut
         }
     };
     // Stop following first: the closed runtime reads as "no tracing", and
@@ -222,23 +223,63 @@ async fn shut_down(
     if !rewire::sidecar::telemetry::flush(SPAN_FLUSH).await {
         tracing::warn!(waited = ?SPAN_FLUSH, "Spans still queued at shutdown were not exported in time.");
     }
+    exit_code(served, abandoned)
+}
+
+/// How the APIs' servers ended at shutdown.
+#[derive(Debug)]
+enum Served {
+    /// Within the serving bound.
+    Stopped,
+    /// Not within the serving bound: calls may have been cut unanswered,
+    /// and the servers were left behind.
+    TimedOut,
+    /// With an error.
+    Failed(rewire::sidecar::ApiError),
+}
+
+/// The exit code of a shutdown whose servers ended as `served` and in
+/// which `abandoned` component closes were abandoned: 0 only when the APIs
+/// stopped in time and every component closed, so a supervisor learns
+/// that something may not have been released or answered.
+fn exit_code(served: Served, abandoned: usize) -> ExitCode {
     match served {
-        Ok(()) if abandoned > 0 => {
-            // Each was logged with its component; the exit code tells a
-            // supervisor that something may not have been released.
+        Served::Failed(err) => {
+            eprintln!("error: {err}");
+            ExitCode::FAILURE
+        }
+        Served::TimedOut => {
+            tracing::error!(
+                abandoned,
+                "Stopped, but the APIs did not stop in time (calls may have been cut unanswered)."
+            );
+            ExitCode::FAILURE
+        }
+        Served::Stopped if abandoned > 0 => {
+            // Each was logged with its component.
             tracing::error!(
                 abandoned,
                 "Stopped, but component close(s) were abandoned (timed out or panicked)."
             );
             ExitCode::FAILURE
         }
-        Ok(()) => {
+        Served::Stopped => {
             tracing::info!("Stopped.");
             ExitCode::SUCCESS
         }
-        Err(err) => {
-            eprintln!("error: {err}");
-            ExitCode::FAILURE
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// APIs that did not stop within the serving bound are a failure, as
+    /// abandoned closes are. Before: exit 0.
+    #[test]
+    fn apis_not_stopped_in_time_exit_non_zero() {
+        assert_eq!(exit_code(Served::TimedOut, 0), ExitCode::FAILURE);
+        assert_eq!(exit_code(Served::Stopped, 1), ExitCode::FAILURE);
+        assert_eq!(exit_code(Served::Stopped, 0), ExitCode::SUCCESS);
     }
 }
