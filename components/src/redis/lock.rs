@@ -987,7 +987,7 @@ fn expiry_ms(req: &TryLockRequest) -> Result<u64, LockError> {
     check_ttl("expiry", req.expiry).map_err(|message| {
         LockError::Invalid(format!("lock on `{}`: {message}", echoed(&req.resource_id)))
     })?;
-    Ok(u64::try_from(req.expiry.as_micros().div_ceil(1000)).unwrap_or(u64::MAX))
+    Ok(u64::try_from(req.expiry.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
 }
 
 /// The status a reply of the unlock or keep-alive script means.
@@ -999,5 +999,33 @@ fn status_of(reply: i64, script: &str) -> Result<UnlockStatus, LockError> {
         other => Err(LockError::Backend(format!(
             "unexpected reply {other} from the {script} script"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock_for(expiry: Duration) -> TryLockRequest {
+        TryLockRequest {
+            resource_id: "r".into(),
+            lock_owner: "a".into(),
+            expiry,
+        }
+    }
+
+    /// Every positive expiry is at least 1 ms, rounded up. Before: one
+    /// under a microsecond came out as 0 ms, which Redis refuses for
+    /// `SET … PX` (the try-lock failed with a backend error).
+    #[test]
+    fn a_sub_microsecond_expiry_rounds_up_to_a_millisecond() {
+        assert_eq!(expiry_ms(&lock_for(Duration::from_nanos(1))), Ok(1));
+        assert_eq!(expiry_ms(&lock_for(Duration::from_micros(1))), Ok(1));
+        assert_eq!(expiry_ms(&lock_for(Duration::from_micros(1001))), Ok(2));
+        assert_eq!(expiry_ms(&lock_for(Duration::from_secs(1))), Ok(1000));
+        assert!(matches!(
+            expiry_ms(&lock_for(Duration::ZERO)),
+            Err(LockError::Invalid(_))
+        ));
     }
 }
