@@ -44,8 +44,8 @@ pub use live::{Live, LiveGeneration};
 use load_cache::LoadCache;
 pub(crate) use members::Members;
 pub(crate) use pubsub_subscription::{
-    drained as pubsub_drained, DRAIN_CAP as PUBSUB_DRAIN_CAP, DRAIN_LIMIT as PUBSUB_DRAIN_LIMIT,
-    STOP_GRACE as PUBSUB_STOP_GRACE,
+    drained as pubsub_drained, undrained as pubsub_undrained, DRAIN_CAP as PUBSUB_DRAIN_CAP,
+    DRAIN_LIMIT as PUBSUB_DRAIN_LIMIT, STOP_GRACE as PUBSUB_STOP_GRACE,
 };
 
 use crate::component::{Component, ComponentError, Kind};

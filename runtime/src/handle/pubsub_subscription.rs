@@ -59,7 +59,7 @@ use tokio::time::Instant;
 use super::warm::WarmRequest;
 use super::{Instance, PubSubHandle};
 use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
-pub(crate) use draining::drained;
+pub(crate) use draining::{drained, undrained};
 use draining::DrainMark;
 use outstanding::Outstanding;
 use resubscribe::Resubscribe;

@@ -4,8 +4,10 @@
 //! its backlog is delivered or it stops making progress: its grace
 //! stretches to their no-progress limit, and past it for as long as one
 //! still drains it (up to their cap), so the drain, not the clock, decides
-//! when it closes. Drains are kept: a shutdown hurries them and waits for
-//! their closes.
+//! when it closes. Past its usual grace such a broker's close waits on its
+//! own (woken when its drain ends), while the instances retired with it
+//! are closed in turn. Drains are kept: a shutdown hurries them and waits
+//! for their closes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +19,8 @@ use tracing::Instrument;
 use crate::closing::{close_one, Closed, CLOSE_TIMEOUT};
 use crate::component::ComponentKey;
 use crate::handle::{
-    pubsub_drained, Instance, PUBSUB_DRAIN_CAP, PUBSUB_DRAIN_LIMIT, PUBSUB_STOP_GRACE,
+    pubsub_drained, pubsub_undrained, Instance, PUBSUB_DRAIN_CAP, PUBSUB_DRAIN_LIMIT,
+    PUBSUB_STOP_GRACE,
 };
 use crate::running::Running;
 
@@ -97,20 +100,33 @@ impl Drop for Drains {
 }
 
 /// Closes `retired` (in the order given), each after its users let go,
-/// `grace` passes or `hurry` is cancelled. Once hurried, what is left is
-/// closed at once, alongside a close under way: they are all retired
-/// instances, reaching others only through handles, which resolve in the
-/// generation in force. Returns how many closes were abandoned.
+/// `grace` passes or `hurry` is cancelled. A pub/sub broker a handle
+/// subscription still drains past its grace is handed to a close of its
+/// own, which waits for that drain ([`close_once_undrained`]): the
+/// instances after it are not held behind a drain of up to
+/// `PUBSUB_DRAIN_CAP`. Once hurried, what is left is closed at once,
+/// alongside a close under way: they are all retired instances, reaching
+/// others only through handles, which resolve in the generation in force.
+/// Returns how many closes were abandoned.
 async fn drain(
     retired: Vec<(ComponentKey, Arc<Running>)>,
     grace: Duration,
     hurry: CancellationToken,
 ) -> usize {
     let mut closing = JoinSet::new();
+    // The brokers whose close waits for their drain, alongside the rest.
+    let mut outlasting = JoinSet::new();
     let mut abandoned = 0;
     for (key, running) in retired {
         if !hurry.is_cancelled() {
-            wait_for_users(&key, &running.assembled.instance, grace, &hurry).await;
+            let started = tokio::time::Instant::now();
+            let instance = &running.assembled.instance;
+            if wait_for_users(&key, instance, grace, &hurry).await == Waited::StillDrained {
+                let until = started + PUBSUB_DRAIN_CAP + PUBSUB_STOP_GRACE;
+                let close = close_once_undrained(key, running, until, hurry.clone());
+                outlasting.spawn(close.in_current_span());
+                continue;
+            }
         }
         closing.spawn(close_retired(key, running).in_current_span());
         if hurry.is_cancelled() {
@@ -122,37 +138,77 @@ async fn drain(
             () = hurry.cancelled() => {}
         }
     }
-    // Each close is bounded (and a panic caught) in `close_one`.
+    // Each close is bounded (and a panic caught) in `close_one`; a wait
+    // for a drain by its cap and `hurry`.
     while let Some(closed) = closing.join_next().await {
+        abandoned += closed.unwrap_or(Closed::Abandoned).abandoned();
+    }
+    while let Some(closed) = outlasting.join_next().await {
         abandoned += closed.unwrap_or(Closed::Abandoned).abandoned();
     }
     abandoned
 }
 
-/// Waits until the users of `instance` let go of it, its grace passes
-/// (for a pub/sub broker a subscription still drains, its drain's cap) or
-/// `hurry` is cancelled; warns when closing it still in use.
+/// How a wait for the users of a retired instance ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Waited {
+    /// Its users let go, its grace passed, or it was hurried: it is
+    /// closed now.
+    Over,
+    /// Its grace passed while a handle subscription still drains it (a
+    /// pub/sub broker): its close waits for the drain.
+    StillDrained,
+}
+
+/// Waits until the users of `instance` let go of it, its grace passes or
+/// `hurry` is cancelled; warns when closing it still in use. A pub/sub
+/// broker a subscription still drains at the end of its grace is not
+/// closed yet ([`Waited::StillDrained`]).
 async fn wait_for_users(
     key: &ComponentKey,
     instance: &Instance,
     grace: Duration,
     hurry: &CancellationToken,
-) {
-    let started = tokio::time::Instant::now();
-    let deadline = started + grace_for(instance, grace);
-    let drained_until = started + PUBSUB_DRAIN_CAP + PUBSUB_STOP_GRACE;
+) -> Waited {
+    let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
     // One holder is the `Running` itself.
-    while instance.holders() > 1 && !hurry.is_cancelled() {
-        let now = tokio::time::Instant::now();
-        let waited_for = now < deadline || (now < drained_until && still_drained(instance));
-        if !waited_for {
-            break;
-        }
+    while instance.holders() > 1 && tokio::time::Instant::now() < deadline && !hurry.is_cancelled()
+    {
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}
             () = hurry.cancelled() => {}
         }
     }
+    if instance.holders() > 1 && !hurry.is_cancelled() && still_drained(instance) {
+        return Waited::StillDrained;
+    }
+    warn_if_in_use(key, instance, grace);
+    Waited::Over
+}
+
+/// Closes a retired pub/sub broker once no handle subscription drains it
+/// any more, `until` passes (its drain's cap and stop grace, counted from
+/// its retirement) or `hurry` is cancelled (a shutdown: at once).
+async fn close_once_undrained(
+    key: ComponentKey,
+    running: Arc<Running>,
+    until: tokio::time::Instant,
+    hurry: CancellationToken,
+) -> Closed {
+    if let Instance::PubSub(broker) = &running.assembled.instance {
+        tokio::select! {
+            () = pubsub_undrained(broker) => {}
+            () = tokio::time::sleep_until(until) => {}
+            () = hurry.cancelled() => {}
+        }
+    }
+    warn_if_in_use(&key, &running.assembled.instance, PUBSUB_DRAIN_CAP);
+    close_retired(key, running).await
+}
+
+/// Warns when `instance` is closed while still in use (`grace`, the wait
+/// that ended, is logged).
+fn warn_if_in_use(key: &ComponentKey, instance: &Instance, grace: Duration) {
     let holders = instance.holders();
     if holders > 1 {
         tracing::warn!(component = %key, holders = holders - 1, ?grace, "Closing a replaced instance still in use (its grace period over, or at shutdown).");
@@ -166,7 +222,7 @@ async fn close_retired(key: ComponentKey, running: Arc<Running>) -> Closed {
 }
 
 /// Whether `instance` is a pub/sub broker a handle subscription still
-/// drains (it is waited for up to the drain's cap).
+/// drains (its close waits for the drain, up to the drain's cap).
 fn still_drained(instance: &Instance) -> bool {
     match instance {
         Instance::PubSub(broker) => pubsub_drained(broker),
@@ -293,9 +349,12 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_broker_is_closed_once_its_subscriptions_drain_ends_not_while_it_progresses() {
-        let key = ComponentKey::new("pubsub", "orders");
+    /// Subscribes through a handle to a [`Backlog`] broker and replaces
+    /// it: the old one drains for [`Backlog::FOR`]. Returns the old broker
+    /// and the task settling every delivery.
+    async fn a_draining_backlog(
+        key: &ComponentKey,
+    ) -> (Arc<dyn PubSub>, tokio::task::JoinHandle<()>) {
         let old: Arc<dyn PubSub> = Arc::new(Backlog);
         let live = Live::new();
         let instances = |broker: &Arc<dyn PubSub>| {
@@ -314,6 +373,13 @@ mod tests {
         });
         let new: Arc<dyn PubSub> = Arc::new(Backlog);
         live.publish(Generation::new(2, instances(&new)));
+        (old, reading)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_is_closed_once_its_subscriptions_drain_ends_not_while_it_progresses() {
+        let key = ComponentKey::new("pubsub", "orders");
+        let (old, reading) = a_draining_backlog(&key).await;
         // The test holds the old broker too: only the drain decides.
         let (_, running) = retired("orders", Instance::PubSub(old.clone()));
         let closed = running.assembled.shutdown.clone();
@@ -323,6 +389,41 @@ mod tests {
         assert!(!closed.is_cancelled(), "closed while its drain progresses");
         tokio::time::sleep(Backlog::EVERY + PUBSUB_STOP_GRACE + POLL * 2).await;
         assert!(closed.is_cancelled(), "held once its drain ended");
+        reading.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn instances_retired_after_a_broker_still_draining_are_closed_without_waiting_for_it() {
+        let key = ComponentKey::new("pubsub", "orders");
+        let (old, reading) = a_draining_backlog(&key).await;
+        // Retired together (a rotated secret both used), the broker first.
+        let (_, broker) = retired("orders", Instance::PubSub(old.clone()));
+        let broker_closed = broker.assembled.shutdown.clone();
+        let (lock_key, lock) = retired("lock", Instance::Custom(Arc::new(Plain)));
+        let lock_closed = lock.assembled.shutdown.clone();
+        let drains = Drains::default();
+        drains.spawn(
+            vec![(key, broker), (lock_key, lock)],
+            Duration::from_secs(10),
+        );
+        tokio::time::sleep(PUBSUB_DRAIN_LIMIT + PUBSUB_STOP_GRACE + POLL * 4).await;
+        assert!(pubsub_drained(&old), "the broker's drain ended too soon");
+        assert!(
+            !broker_closed.is_cancelled(),
+            "closed while its drain progresses"
+        );
+        assert!(lock_closed.is_cancelled(), "held behind a draining broker");
+        // A shutdown still closes the broker at once.
+        let asked = tokio::time::Instant::now();
+        drains.finish(None).await;
+        assert!(
+            broker_closed.is_cancelled(),
+            "not closed when finish returned"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "finish waited for the drain"
+        );
         reading.abort();
     }
 

@@ -10,12 +10,18 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use tokio::sync::Notify;
+
 use crate::kinds::PubSub;
 
 /// How many draining sources each broker has, by the address of its
 /// instance (a source holds its broker while it is marked, so the address
 /// names no other instance meanwhile).
 static DRAINING: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+
+/// Woken whenever a broker's last mark is taken off: the closes waiting
+/// for their broker's drain look again ([`undrained`]).
+static UNMARKED: Notify = Notify::const_new();
 
 /// One draining source's mark on its broker, taken off when dropped (when
 /// the forwarder lets go of the source).
@@ -39,6 +45,7 @@ impl Drop for DrainMark {
             *count -= 1;
             if *count == 0 {
                 draining.remove(&self.0);
+                UNMARKED.notify_waiters();
             }
         }
     }
@@ -49,6 +56,22 @@ impl Drop for DrainMark {
 pub(crate) fn drained(broker: &Arc<dyn PubSub>) -> bool {
     let draining = DRAINING.lock().unwrap_or_else(PoisonError::into_inner);
     draining.contains_key(&address(broker))
+}
+
+/// Returns once no handle subscription drains `broker` any more (at once
+/// if none does): woken by the last mark's drop, no polling. The caller
+/// bounds the wait.
+pub(crate) async fn undrained(broker: &Arc<dyn PubSub>) {
+    loop {
+        let unmarked = UNMARKED.notified();
+        tokio::pin!(unmarked);
+        // Registered before looking: a mark dropped in between wakes it.
+        unmarked.as_mut().enable();
+        if !drained(broker) {
+            return;
+        }
+        unmarked.await;
+    }
 }
 
 /// The address of `broker`'s instance.
@@ -86,5 +109,22 @@ mod tests {
         assert!(drained(&broker), "unmarked while a source still drains it");
         drop(second);
         assert!(!drained(&broker), "still marked once let go");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_for_a_broker_to_be_undrained_ends_when_its_last_mark_is_dropped() {
+        let broker: Arc<dyn PubSub> = Arc::new(Broker);
+        let mark = DrainMark::new(&broker);
+        let waiting = {
+            let broker = broker.clone();
+            tokio::spawn(async move { undrained(&broker).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        assert!(!waiting.is_finished(), "ended while still drained");
+        drop(mark);
+        tokio::time::timeout(std::time::Duration::from_secs(1), waiting)
+            .await
+            .expect("not woken when its last mark was dropped")
+            .expect("the wait panicked");
     }
 }
