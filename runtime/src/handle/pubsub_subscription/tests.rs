@@ -980,3 +980,89 @@ mod outcomes {
         assert!(forwarder.draining[0].stop_at > Some(now));
     }
 }
+
+/// A message the subscriber keeps refusing is no progress of a drain.
+mod refused {
+    use super::*;
+
+    /// A broker whose subscription, once draining, delivers one message
+    /// and delivers it again [`Redelivering::AFTER`] after each outcome
+    /// (a memory broker's redelivery of a `Retry`), until stopped;
+    /// counts the `Retry` outcomes it received.
+    #[derive(Default)]
+    struct Redelivering {
+        retries: Arc<AtomicUsize>,
+    }
+    impl Redelivering {
+        const AFTER: Duration = Duration::from_millis(500);
+    }
+    impl Component for Redelivering {}
+    #[async_trait]
+    impl PubSub for Redelivering {
+        async fn publish(&self, _: PublishRequest) -> Result<(), PubSubError> {
+            Ok(())
+        }
+        async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+            let (subscription, feed) = PubSubSubscription::channel(4);
+            let retries = self.retries.clone();
+            tokio::spawn(async move {
+                feed.draining().await;
+                let poison = Message {
+                    id: "poison".into(),
+                    topic: "t".into(),
+                    data: b"poison".to_vec(),
+                    ..Message::default()
+                };
+                loop {
+                    let Some(outcome) = feed.deliver(poison.clone()).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        () = feed.stopped() => return,
+                        outcome = outcome => if outcome == Ok(DeliveryOutcome::Retry) {
+                            retries.fetch_add(1, Ordering::SeqCst);
+                        },
+                    }
+                    tokio::select! {
+                        () = feed.stopped() => return,
+                        () = tokio::time::sleep(Redelivering::AFTER) => {}
+                    }
+                }
+            });
+            Ok(subscription)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replaced_broker_redelivering_a_message_refused_every_time_is_stopped_at_the_limit() {
+        let live = Live::new();
+        let old = Arc::new(Redelivering::default());
+        let broker: Arc<dyn PubSub> = old.clone();
+        live.publish(Generation::new(
+            1,
+            BTreeMap::from([(key(), Instance::PubSub(broker.clone()))]),
+        ));
+        let mut sub = subscribe(&live).await;
+        let refusing = tokio::spawn(async move {
+            while let Some(delivery) = sub.deliveries.recv().await {
+                delivery.settle(DeliveryOutcome::Retry);
+            }
+        });
+        let new = Arc::new(QueueBroker::default());
+        publish(&live, 2, &new);
+        subscribed(&new).await;
+        tokio::time::sleep(DRAIN_LIMIT - Duration::from_secs(10)).await;
+        assert!(drained(&broker), "stopped before the limit");
+        let retries = old.retries.load(Ordering::SeqCst);
+        assert!(
+            retries > 100,
+            "the Retry outcomes reached the broker: {retries}"
+        );
+        tokio::time::sleep(Duration::from_secs(10) + STOP_GRACE + Duration::from_secs(1)).await;
+        assert!(
+            !drained(&broker),
+            "a message refused every time held the drain past the limit"
+        );
+        refusing.abort();
+    }
+}
