@@ -1,5 +1,5 @@
 //! The file's top-level sections beyond `components` (`subscriptions`,
-//! `tracing`, `resiliency`, …): settings the runtime carries but does not
+//! `tracing`, `resiliency`, `secrets`, …): settings the runtime carries but does not
 //! build components from.
 //!
 //! Each section is one field of [`Sections`], decoded from its raw JSON by
@@ -15,12 +15,14 @@
 
 pub mod resiliency;
 mod route_match;
+pub mod secrets;
 mod subscriptions;
 
 pub use resiliency::Resiliency;
 pub(crate) mod tracing;
 
 pub use route_match::RouteMatch;
+pub use secrets::SecretScopes;
 pub use subscriptions::{
     RawRoutes, RawRule, RouteRule, Subscription, SubscriptionRoutes, Subscriptions,
 };
@@ -36,6 +38,9 @@ pub struct Sections {
     pub tracing: Option<TracingSection>,
     /// `subscriptions`: declarative pub/sub subscriptions, by name.
     pub subscriptions: Subscriptions,
+    /// `secrets`: which secrets the app may read through the secret API,
+    /// per store (Dapr's `spec.secrets.scopes`).
+    pub secrets: SecretScopes,
 }
 
 impl Sections {

@@ -53,6 +53,7 @@ mod api_reply_budget_send_buffer;
 mod api_reply_budget_writes;
 mod api_request_errors;
 mod api_request_limits;
+mod api_secret_scopes;
 mod api_state_bulk_get_metadata;
 mod api_state_bytes;
 mod api_state_key_separator;

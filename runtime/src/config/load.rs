@@ -15,7 +15,7 @@ use crate::fs_read::{read_bounded, FileReadError};
 use crate::metadata::{decode, MetadataError};
 use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
-use crate::sections::{Resiliency, Sections, Subscriptions};
+use crate::sections::{Resiliency, SecretScopes, Sections, Subscriptions};
 use component::to_patch;
 
 /// Largest configuration document accepted, in bytes.
@@ -235,6 +235,10 @@ fn parse_patch_collecting_as(
     }
     if let Some(value) = &raw.subscriptions {
         sections.subscriptions = Subscriptions::decode(value, &mut problems.0);
+    }
+    match raw.secrets.as_ref().map(SecretScopes::decode).transpose() {
+        Ok(secrets) => sections.secrets = secrets.unwrap_or_default(),
+        Err(found) => problems.0.extend(found),
     }
     let patch = ConfigPatch {
         app_id,

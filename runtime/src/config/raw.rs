@@ -29,6 +29,9 @@ pub(super) struct RawFile {
     /// The `subscriptions` section, decoded by its own module.
     #[serde(default)]
     pub subscriptions: Option<Value>,
+    /// The `secrets` section (secret scopes), decoded by its own module.
+    #[serde(default)]
+    pub secrets: Option<Value>,
 }
 
 /// `overlay`.

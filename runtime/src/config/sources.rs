@@ -156,6 +156,11 @@ impl ConfigSources {
         for resource in &manifests.resiliency {
             resiliency_resource(&mut config, resource, &mut problems);
         }
+        if let Some((location, scopes)) = &manifests.secrets {
+            // One scope per store, whichever source gives it.
+            let twice = config.sections.secrets.merge(scopes.clone(), location);
+            problems.0.extend(twice);
+        }
         let default_store = ComponentKey::new(Kind::SecretStore, DEFAULT_SECRET_STORE);
         if !config.components.contains_key(&default_store) {
             for (key, origin) in &manifests.origins {

@@ -293,7 +293,8 @@ impl Checks<'_> {
 }
 
 /// Checks what the top-level sections name: the overlay's store, the
-/// subscriptions' pub/subs and the resiliency targets.
+/// subscriptions' pub/subs, the resiliency targets and the secret scopes'
+/// stores.
 fn check_sections(config: &Config, broken: &BTreeSet<ComponentKey>, problems: &mut Problems) {
     if let Some(overlay) = &config.overlay {
         if !config
@@ -324,6 +325,12 @@ fn check_sections(config: &Config, broken: &BTreeSet<ComponentKey>, problems: &m
             .sections
             .resiliency
             .problems(config.components.keys()),
+    );
+    problems.0.extend(
+        config
+            .sections
+            .secrets
+            .problems(config.components.keys().chain(broken)),
     );
 }
 

@@ -1,6 +1,12 @@
 //! Dapr's secret operations: one secret, or every secret of a store.
 //! Values go to the caller and nowhere else: never logged, never in an
 //! error.
+//!
+//! The `secrets` section's scopes (Dapr's `spec.secrets.scopes`), read from
+//! the call's generation, decide which secrets the app may read: a secret
+//! outside them is refused ([`SecretOpError::Denied`]) and left out of a
+//! bulk answer. They limit this API only: the secrets components read
+//! through their `secretRef`s are resolved by the runtime, not here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -25,6 +31,17 @@ pub enum SecretOpError {
     /// as [`echoed`]; gRPC `INVALID_ARGUMENT`, HTTP 401).
     #[error("failed finding secret store with key {0}")]
     NotFound(String),
+    /// The `secrets` section's scope for the store does not let the app
+    /// read that secret: Dapr's message (`ErrPermissionDenied`; store and
+    /// name as [`echoed`]; HTTP 403 `ERR_PERMISSION_DENIED`, gRPC
+    /// `PERMISSION_DENIED`).
+    #[error("access denied by policy to get {name:?} from {store:?}")]
+    Denied {
+        /// The store.
+        store: String,
+        /// The secret's name.
+        name: String,
+    },
     /// A secret could not be read (store and name as [`echoed`]).
     #[error("failed getting secret with key `{name}` from secret store `{store}`: {source}")]
     Get {
@@ -75,12 +92,19 @@ pub struct SecretOps {
 }
 
 impl SecretOps {
-    /// Every key of secret `name`.
+    /// Every key of secret `name`, if the store's scope lets the app read
+    /// it (the store is not asked otherwise).
     pub async fn get(
         &self,
         name: &str,
         metadata: &HashMap<String, String>,
     ) -> Result<SecretMap, SecretOpError> {
+        if !self.allows(name) {
+            return Err(SecretOpError::Denied {
+                store: echoed(&self.name).into_owned(),
+                name: echoed(name).into_owned(),
+            });
+        }
         let store = &self.store;
         self.call
             .guarded(
@@ -98,7 +122,8 @@ impl SecretOps {
             })
     }
 
-    /// Every secret of the store, by name.
+    /// Every secret of the store the app may read, by name (those its
+    /// scope refuses are left out, as in Dapr).
     pub async fn bulk_get(
         &self,
         metadata: &HashMap<String, String>,
@@ -113,10 +138,24 @@ impl SecretOps {
                 SecretError::Backend,
             )
             .await
+            .map(|mut secrets| {
+                secrets.retain(|name, _| self.allows(name));
+                secrets
+            })
             .map_err(|e| SecretOpError::BulkGet {
                 store: echoed(&self.name).into_owned(),
                 source: self.scrubbed(e),
             })
+    }
+
+    /// Whether the `secrets` section of the call's generation lets the app
+    /// read secret `name` of this store.
+    fn allows(&self, name: &str) -> bool {
+        self.call
+            .generation()
+            .sections()
+            .secrets
+            .allows(&self.name, name)
     }
 
     fn scrubbed(&self, error: SecretError) -> SecretError {

@@ -1,6 +1,8 @@
 //! Secrets: `GetSecret` and `GetBulkSecret` on the shared
 //! [`SecretOps`](crate::dapr::SecretOps). Values go to the caller and
-//! nowhere else: never logged, never in an error.
+//! nowhere else: never logged, never in an error. A secret the `secrets`
+//! section's scopes refuse is `PERMISSION_DENIED` (the bulk answer leaves
+//! it out); Layotto's secret RPCs come through here too.
 
 use tonic::Status;
 

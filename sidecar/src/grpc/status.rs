@@ -112,6 +112,7 @@ impl From<SecretOpError> for Status {
         let code = match err {
             SecretOpError::NotConfigured => Code::FailedPrecondition,
             SecretOpError::NotFound(_) => Code::InvalidArgument,
+            SecretOpError::Denied { .. } => Code::PermissionDenied,
             SecretOpError::Get { .. } | SecretOpError::BulkGet { .. } => Code::Internal,
         };
         Status::new(code, err.to_string())

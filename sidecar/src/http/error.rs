@@ -413,6 +413,12 @@ impl From<SecretOpError> for HttpError {
                 message: err.to_string(),
             },
             SecretOpError::NotFound(store) => Self::SecretStoreNotFound(store),
+            // Dapr's answer for a secret its scope refuses.
+            SecretOpError::Denied { .. } => Self::Api {
+                status: StatusCode::FORBIDDEN,
+                code: "ERR_PERMISSION_DENIED",
+                message: err.to_string(),
+            },
             SecretOpError::Get {
                 store,
                 name,

@@ -1,6 +1,7 @@
 //! Dapr's secret routes: one secret (a map of keys to values) or every
 //! secret of a store. Values go to the caller only: never to a log, a
-//! metric or an error.
+//! metric or an error. A secret the `secrets` section's scopes refuse is
+//! 403 `ERR_PERMISSION_DENIED` (the bulk answer leaves it out).
 
 use std::collections::BTreeMap;
 

@@ -2,11 +2,13 @@
 //! manifests of a folder's `*.yaml` / `*.yml` files (several documents per
 //! file allowed), turned into rewire components, the `kind: Subscription`
 //! ones, turned into entries of the `subscriptions` section, and `kind:
-//! Resiliency` resources (the configuration's `resiliency` section). Other
-//! resource kinds (`Configuration`, ...) are skipped with a note; every
-//! problem names its file and line.
+//! Resiliency` resources (the configuration's `resiliency` section), and
+//! the secret scopes of a `kind: Configuration` (its `secrets` section; the
+//! rest of a Configuration is skipped with a note). Other resource kinds
+//! are skipped with a note; every problem names its file and line.
 
 mod component;
+mod configuration;
 mod resiliency;
 mod spec_metadata;
 mod subscription;
@@ -21,9 +23,10 @@ use crate::config::model::ComponentSpec;
 use crate::fs_read::{read_bounded, FileReadError};
 use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
-use crate::sections::Subscription;
+use crate::sections::{SecretScopes, Subscription};
 use component::map_component;
 pub(crate) use component::DEFAULT_SECRET_STORE;
+use configuration::map_configuration;
 use resiliency::map_resiliency;
 pub(crate) use resiliency::ResiliencyResource;
 use yaml::{documents, NodeValue};
@@ -58,6 +61,9 @@ pub(crate) struct Manifests {
     pub subscriptions: BTreeMap<String, (String, Subscription)>,
     /// The `Resiliency` resources the app loads.
     pub resiliency: Vec<ResiliencyResource>,
+    /// The secret scopes of the Configuration giving some, with the
+    /// `file:line` of its document.
+    pub secrets: Option<(String, SecretScopes)>,
 }
 
 /// Problems (which refuse the folder) and notes (what was skipped or
@@ -217,9 +223,14 @@ pub(crate) fn parse_manifests(
                     }
                     continue;
                 }
+                Some("Configuration") => {
+                    let location = format!("{file}:{}", doc.line);
+                    map_configuration(entries, location, &mut manifests, &mut found);
+                    continue;
+                }
                 Some(other) => {
                     found.note(format!(
-                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s, `Subscription`s and `Resiliency`)",
+                        "{file}:{}: skipped a `{other}` (rewire loads `Component`s, `Subscription`s, `Resiliency` and a `Configuration`'s secret scopes)",
                         doc.line
                     ));
                     continue;

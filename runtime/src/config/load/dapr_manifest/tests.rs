@@ -502,6 +502,7 @@ fn deeply_nested_block_sequences_are_refused_before_a_tree_is_built() {
 }
 
 mod empty_files;
+mod secret_scopes;
 
 /// A manifest whose file name is not UTF-8 is read by its real name, not
 /// skipped as gone: the lossy name shown (`st\u{FFFD}.yaml`) names no file.
