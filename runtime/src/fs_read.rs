@@ -152,6 +152,12 @@ impl Drop for Returned {
 }
 
 impl DetachedReader {
+    /// Whether a read started here has not returned yet (the next one
+    /// would be refused with [`Abandoned::StillReading`]).
+    pub fn is_reading(&self) -> bool {
+        self.reading.load(Ordering::Acquire)
+    }
+
     /// Runs `read` on a thread of its own, detached, and waits for it at
     /// most `deadline`. A read that never returns pins that one thread, not
     /// the async runtime's blocking pool (whose shutdown would wait for

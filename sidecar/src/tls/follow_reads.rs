@@ -12,13 +12,17 @@
 //! up to [`LONGEST_WAIT`] (the schedule of component TLS files,
 //! `rewire_components`' `component_file::stuck_paths`).
 //!
-//! A hard ceiling bounds what a mount hung for good can pin: at most
+//! A ceiling bounds what a mount hung for good can pin: at most
 //! [`MAX_READS_ALIVE_PER_FILE`] reads of one file are alive at once in the
 //! process ([`ReadAlive`]: the start-up reads and every listener's follower
-//! naming the file count together). At the ceiling no read of the file is
-//! started (the turn is refused, naming the file; status and the log say
-//! so) and the certificate in force keeps serving; once one of those reads
-//! returns, the schedule goes on.
+//! naming the file count together). At the ceiling a turn is refused,
+//! naming the file (status and the log say so), and the certificate in
+//! force keeps serving; once one of those reads returns, the schedule goes
+//! on. Reads stuck for good never return, while a path mounted again
+//! would answer: so one read past the ceiling is still started every
+//! [`WAIT_AT_THE_CEILING`] (4 threads a day, as component TLS files), up
+//! to [`MOST_READS_ALIVE_PER_FILE`] (16 days into such a hang), after which
+//! only a read returning, or a restart, lets the file be read again.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -45,14 +49,53 @@ pub(super) const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 /// schedule; no other read of the file is started until one returns.
 pub(super) const MAX_READS_ALIVE_PER_FILE: u32 = 8;
 
+/// The wait between two reads past [`MAX_READS_ALIVE_PER_FILE`] while that
+/// many stay stuck: 6 h (a path mounted again is read within it).
+pub(super) const WAIT_AT_THE_CEILING: Duration = Duration::from_secs(6 * 3600);
+
+/// How many reads of one file may be alive at once, past the ceiling's
+/// reads every [`WAIT_AT_THE_CEILING`]: 72.
+pub(super) const MOST_READS_ALIVE_PER_FILE: u32 = 72;
+
 /// What reads a listener's files: their bytes in `Files::paths` order, or
 /// an error naming the file. `Files::contents` but in tests.
 pub(super) type ReadFiles = Arc<dyn Fn() -> Result<Vec<Vec<u8>>, String> + Send + Sync>;
 
 /// Reads alive (started, not returned) per file, in the process.
-static READS_ALIVE: LazyLock<Mutex<HashMap<PathBuf, u32>>> = LazyLock::new(Default::default);
+static READS_ALIVE: LazyLock<Mutex<HashMap<PathBuf, Alive>>> = LazyLock::new(Default::default);
 
-fn reads_alive() -> MutexGuard<'static, HashMap<PathBuf, u32>> {
+/// The reads of one file alive.
+#[derive(Default)]
+struct Alive {
+    /// How many.
+    count: u32,
+    /// While at the ceiling: when a read past it may start.
+    past_ceiling_at: Option<Instant>,
+}
+
+impl Alive {
+    /// Whether one more read may start now; at the ceiling, starts the
+    /// wait for a read past it if none runs.
+    fn admits(&mut self, now: Instant) -> bool {
+        if self.count < MAX_READS_ALIVE_PER_FILE {
+            return true;
+        }
+        let at = *self
+            .past_ceiling_at
+            .get_or_insert(now + WAIT_AT_THE_CEILING);
+        self.count < MOST_READS_ALIVE_PER_FILE && now >= at
+    }
+
+    /// One more read started: past the ceiling, the next one waits again.
+    fn start(&mut self, now: Instant) {
+        if self.count >= MAX_READS_ALIVE_PER_FILE {
+            self.past_ceiling_at = Some(now + WAIT_AT_THE_CEILING);
+        }
+        self.count += 1;
+    }
+}
+
+fn reads_alive() -> MutexGuard<'static, HashMap<PathBuf, Alive>> {
     READS_ALIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -66,26 +109,31 @@ pub(super) struct ReadAlive {
 
 impl ReadAlive {
     /// Counts a read of `paths` in, unless one of them already has
-    /// [`MAX_READS_ALIVE_PER_FILE`] reads alive: then an error saying so,
-    /// naming that file; `files` names the whole set in it.
+    /// [`MAX_READS_ALIVE_PER_FILE`] reads alive (and no read past them is
+    /// due): then an error saying so, naming that file; `files` names the
+    /// whole set in it.
     pub(super) fn count_in(paths: &[&Path], files: &str) -> Result<Self, String> {
         let mut paths: Vec<PathBuf> = paths.iter().map(|path| path.to_path_buf()).collect();
         paths.sort();
         paths.dedup();
         let mut alive = reads_alive();
-        let full = paths.iter().find(|path| {
-            alive
-                .get(*path)
-                .is_some_and(|n| *n >= MAX_READS_ALIVE_PER_FILE)
-        });
-        if let Some(full) = full {
+        let now = Instant::now();
+        // Every file asked (each starts its wait at the ceiling), before
+        // any read is counted in.
+        let refused: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|path| alive.get_mut(*path).is_some_and(|reads| !reads.admits(now)))
+            .collect();
+        if let Some(full) = refused.first() {
+            let count = alive.get(*full).map_or(0, |reads| reads.count);
             return Err(format!(
-                "{files} are not read: {MAX_READS_ALIVE_PER_FILE} reads of `{}` have not returned (a hung mount?); no other read of it is started until one does",
-                full.display()
+                "{files} are not read: {count} reads of `{}` have not returned (a hung mount?); no other read of it is started until one does, or every {} hours one past them",
+                full.display(),
+                WAIT_AT_THE_CEILING.as_secs() / 3600
             ));
         }
         for path in &paths {
-            *alive.entry(path.clone()).or_default() += 1;
+            alive.entry(path.clone()).or_default().start(now);
         }
         Ok(Self { paths })
     }
@@ -93,7 +141,7 @@ impl ReadAlive {
     /// Reads of `path` alive now (tests).
     #[cfg(test)]
     pub(super) fn of(path: &Path) -> u32 {
-        reads_alive().get(path).copied().unwrap_or(0)
+        reads_alive().get(path).map_or(0, |reads| reads.count)
     }
 }
 
@@ -101,9 +149,12 @@ impl Drop for ReadAlive {
     fn drop(&mut self) {
         let mut alive = reads_alive();
         for path in &self.paths {
-            if let Some(count) = alive.get_mut(path) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
+            if let Some(reads) = alive.get_mut(path) {
+                reads.count = reads.count.saturating_sub(1);
+                if reads.count < MAX_READS_ALIVE_PER_FILE {
+                    reads.past_ceiling_at = None;
+                }
+                if reads.count == 0 {
                     alive.remove(path);
                 }
             }
@@ -160,6 +211,10 @@ impl FollowerReads {
     /// The files' bytes, or why they were not read this turn (naming the
     /// files). Never waits longer than the deadline.
     pub(super) async fn read(&mut self) -> Result<Vec<Vec<u8>>, String> {
+        if self.reader.is_reading() {
+            // Not counted in: this turn starts no read unless it is due.
+            return self.try_again().await;
+        }
         let read = self.counted_read()?;
         match self.reader.read_within(self.pace.deadline, read).await {
             Err(Abandoned::StillReading) => self.try_again().await,
@@ -309,38 +364,104 @@ mod tests {
         assert_eq!(wait, LONGEST_WAIT);
         let ceiling = MAX_READS_ALIVE_PER_FILE as usize;
         assert_eq!(ReadAlive::of(&paths[0]), MAX_READS_ALIVE_PER_FILE);
-        for later in [LONGEST_WAIT, 6 * LONGEST_WAIT, 30 * 24 * LONGEST_WAIT] {
-            advance(later).await;
-            let err = reads.read().await.expect_err("at the ceiling");
-            assert!(
-                err.contains(
-                    "8 reads of `/rewire-follow-reads-test/ceiling/cert.pem` have not returned"
-                ) && err.contains("certificate in force stays"),
-                "{err}"
-            );
-            assert_eq!(
-                started.load(Ordering::SeqCst),
-                ceiling,
-                "no read past the ceiling"
-            );
-        }
+        advance(LONGEST_WAIT).await;
+        let err = reads.read().await.expect_err("at the ceiling");
+        assert!(
+            err.contains(
+                "8 reads of `/rewire-follow-reads-test/ceiling/cert.pem` have not returned"
+            ) && err.contains("certificate in force stays"),
+            "{err}"
+        );
+        assert_eq!(started.load(Ordering::SeqCst), ceiling, "none past it yet");
         let other_listener = "the http listener's files".to_string();
         let mut other = FollowerReads::new(Arc::clone(&read), pace, other_listener, paths.clone());
         let err = other.read().await.expect_err("at the ceiling too");
         assert!(err.contains("8 reads of"), "{err}");
-        assert_eq!(started.load(Ordering::SeqCst), ceiling);
-        // One stuck read returns: a place is free, the next try takes it.
-        release.send(()).expect("release one");
-        testkit::soon("one read counted out", async {
-            while ReadAlive::of(&paths[0]) == MAX_READS_ALIVE_PER_FILE {
+        // Six hours into the ceiling, one read past it (it hangs too);
+        // the next only six hours later.
+        advance(WAIT_AT_THE_CEILING).await;
+        let err = reads.read().await.expect_err("past the ceiling, hung");
+        assert!(err.contains("did not finish"), "{err}");
+        assert_eq!(started.load(Ordering::SeqCst), ceiling + 1);
+        advance(LONGEST_WAIT).await;
+        let err = reads.read().await.expect_err("at the ceiling again");
+        assert!(err.contains("9 reads of"), "{err}");
+        assert_eq!(started.load(Ordering::SeqCst), ceiling + 1);
+        // Two stuck reads return: below the ceiling, the next try starts
+        // one at once.
+        for _ in 0..2 {
+            release.send(()).expect("release one");
+        }
+        testkit::soon("two reads counted out", async {
+            while ReadAlive::of(&paths[0]) >= MAX_READS_ALIVE_PER_FILE {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
         .await;
         let err = reads.read().await.expect_err("tried again, hung");
         assert!(err.contains("did not finish"), "{err}");
-        assert_eq!(started.load(Ordering::SeqCst), ceiling + 1);
+        assert_eq!(started.load(Ordering::SeqCst), ceiling + 2);
         assert_eq!(ReadAlive::of(&paths[0]), MAX_READS_ALIVE_PER_FILE);
+        drop(release);
+    }
+
+    /// A mount hung for good, then mounted again: its 8 reads never
+    /// return, yet the renewed files are read (past the ceiling, within
+    /// six hours of reaching it), so the certificate in force does not
+    /// expire for want of a read. Before: refused for good.
+    #[tokio::test]
+    async fn a_remounted_path_is_read_while_eight_reads_stay_stuck_for_good() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (_never, hung) = mpsc::channel::<()>();
+        let hung = Arc::new(Mutex::new(hung));
+        let counted = Arc::clone(&calls);
+        let read: ReadFiles = Arc::new(move || {
+            if counted.fetch_add(1, Ordering::SeqCst) < MAX_READS_ALIVE_PER_FILE as usize {
+                let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+                let _ = hung.recv_timeout(Duration::from_secs(30));
+            }
+            Ok(vec![b"renewed".to_vec()])
+        });
+        let pace = Pace {
+            every: Duration::from_secs(1),
+            deadline: Duration::from_millis(50),
+            try_again_after: TRY_AGAIN_AFTER,
+        };
+        let files = "the grpc listener's files".to_string();
+        let mut reads = FollowerReads::new(read, pace, files, paths_of("remounted"));
+        let _ = reads.read().await;
+        for _ in 0..(30 * 24) {
+            advance(LONGEST_WAIT).await;
+            if let Ok(read) = reads.read().await {
+                assert_eq!(read, vec![b"renewed".to_vec()]);
+                return;
+            }
+        }
+        panic!("the remounted files were never read again");
+    }
+
+    /// A turn while the follower's own read is stuck and no retry is due
+    /// counts no read in: another listener at 7 reads of the file is not
+    /// refused for the ceiling meanwhile, and the turn says why it waits.
+    #[tokio::test]
+    async fn a_turn_on_a_busy_reader_counts_no_read() {
+        let (read, _started, release) = hanging_reads();
+        let pace = Pace {
+            every: Duration::from_secs(1),
+            deadline: Duration::from_millis(50),
+            try_again_after: TRY_AGAIN_AFTER,
+        };
+        let paths = paths_of("busy");
+        let mut reads = FollowerReads::new(read, pace, "files".into(), paths.clone());
+        let _ = reads.read().await.expect_err("hung");
+        let refs: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+        let held: Vec<ReadAlive> = (1..MAX_READS_ALIVE_PER_FILE)
+            .map(|_| ReadAlive::count_in(&refs, "f").expect("room"))
+            .collect();
+        assert_eq!(ReadAlive::of(&paths[0]), MAX_READS_ALIVE_PER_FILE);
+        let err = reads.read().await.expect_err("busy");
+        assert!(err.contains("not read again yet"), "{err}");
+        drop(held);
         drop(release);
     }
 

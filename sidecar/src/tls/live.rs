@@ -580,22 +580,28 @@ impl ServingTls {
         refuse_a_lifecycle_ca_without_grpc_tls(settings)?;
         let on =
             |listener: &'static str| move |err| format!("TLS on the {listener} listener: {err}");
-        let grpc = match &settings.grpc {
-            Some(tls) => Some(
-                LiveTls::load_off_workers("grpc", tls, settings.lifecycle_client_ca.as_deref())
-                    .await
-                    .map_err(on("grpc"))?,
-            ),
-            None => None,
+        // Both listeners at once: the start takes one read's deadline at
+        // most, not one per listener.
+        let grpc = async {
+            match &settings.grpc {
+                Some(tls) => {
+                    let client_ca = settings.lifecycle_client_ca.as_deref();
+                    let live = LiveTls::load_off_workers("grpc", tls, client_ca).await;
+                    live.map(Some).map_err(on("grpc"))
+                }
+                None => Ok(None),
+            }
         };
-        let http = match &settings.http {
-            Some(tls) => Some(
-                LiveTls::load_off_workers("http", tls, None)
-                    .await
-                    .map_err(on("http"))?,
-            ),
-            None => None,
+        let http = async {
+            match &settings.http {
+                Some(tls) => {
+                    let live = LiveTls::load_off_workers("http", tls, None).await;
+                    live.map(Some).map_err(on("http"))
+                }
+                None => Ok(None),
+            }
         };
+        let (grpc, http) = tokio::try_join!(grpc, http)?;
         Ok(Self::following(grpc, http, stop))
     }
 
