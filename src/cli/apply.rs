@@ -454,21 +454,26 @@ fn update_failed(answer: &ApplyConfigurationResponse) -> bool {
 /// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when a
 /// component's update failed after the commit.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
+    use std::fmt::Write as _;
     let answered = Answered::of(&answer);
     let code = ExitCode::from(answered.exit_code());
+    let mut out = String::new();
     if answered == Answered::Queued {
-        println!(
+        let _ = writeln!(
+            out,
             "{key}: queued, not applied yet (generation {} serving); the sidecar will still \
              apply or reject it: follow it with `rewire status` rather than pushing again",
             answer.generation
         );
         for reason in answer.errors {
-            println!("  {reason}");
+            let _ = writeln!(out, "  {reason}");
         }
+        super::print_stdout(&out);
         return code;
     }
     if answer.accepted {
-        println!(
+        let _ = writeln!(
+            out,
             "{key}: {} (generation {})",
             answer.outcome, answer.generation
         );
@@ -479,8 +484,9 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
             .collect();
         actions.sort();
         for (component, action) in actions {
-            println!("  {component}: {action}");
+            let _ = writeln!(out, "  {component}: {action}");
         }
+        super::print_stdout(&out);
         // Applied, but a component's update failed after the commit: it
         // runs as before (or with part of the new configuration), and
         // pushing again retries it.

@@ -14,7 +14,7 @@ pub fn components_command() -> ExitCode {
         eprintln!("no component types are registered (the components crate is not linked)");
         return ExitCode::FAILURE;
     }
-    print!("{}", listing(&registry));
+    super::print_stdout(&listing(&registry));
     let twice = registry
         .iter()
         .filter(|d| registry.submitted_twice(d.kind, d.type_name).is_some())

@@ -19,7 +19,7 @@ pub fn graph_command(given: Option<PathBuf>, dapr: DaprSourceArgs, format: Forma
                 Format::Dot => GraphFormat::Dot,
                 Format::Mermaid => GraphFormat::Mermaid,
             };
-            print!("{}", valid.graph.render(format));
+            super::print_stdout(&valid.graph.render(format));
             ExitCode::SUCCESS
         }
         None => ExitCode::FAILURE,

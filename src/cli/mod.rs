@@ -170,11 +170,11 @@ async fn dispatch(cli: Cli) -> ExitCode {
 fn init_command(dir: &std::path::Path) -> ExitCode {
     match default_config::init(dir) {
         Ok(config) => {
-            println!(
-                "wrote {} (run it with `rewire run --config {}`)",
+            print_stdout(&format!(
+                "wrote {} (run it with `rewire run --config {}`)\n",
                 config.display(),
                 config.display()
-            );
+            ));
             ExitCode::SUCCESS
         }
         Err(error) => {
@@ -193,8 +193,20 @@ fn print_problems(problems: &Problems) {
 
 /// Prints `value` as indented JSON on stdout.
 fn print_json(value: &serde_json::Value) {
-    match serde_json::to_string_pretty(value) {
-        Ok(text) => println!("{text}"),
-        Err(_) => println!("{value}"),
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    print_stdout(&format!("{text}\n"));
+}
+
+/// Writes `text` to stdout. A stdout its reader closed (`| head -1`:
+/// EPIPE) is not the command's failure: what it was asked to do is done,
+/// and its exit status says how; `print!` would panic (exit 101). Any
+/// other write error is said on stderr.
+fn print_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(err) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if err.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {err}");
+        }
     }
 }

@@ -55,7 +55,7 @@ pub async fn status_command(
             if json {
                 print_json(&body);
             } else {
-                print!("{}", summary(&body));
+                super::print_stdout(&summary(&body));
             }
             ExitCode::SUCCESS
         }

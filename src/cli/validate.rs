@@ -20,10 +20,10 @@ pub fn validate_command(given: Option<PathBuf>, dapr: DaprSourceArgs) -> ExitCod
             } else {
                 "components"
             };
-            println!(
-                "{}: valid ({count} {noun})",
+            super::print_stdout(&format!(
+                "{}: valid ({count} {noun})\n",
                 config_source::shown_source(&source)
-            );
+            ));
             ExitCode::SUCCESS
         }
         None => ExitCode::FAILURE,

@@ -898,3 +898,66 @@ fn a_token_variable_that_is_not_utf8_is_refused_naming_it() {
         );
     }
 }
+
+/// Runs `command` with its stdout a pipe whose reader is closed at once
+/// (as `| head -1` leaves it once it has its line); its exit code and
+/// stderr. Killed after 60 s.
+fn run_with_stdout_closed(command: &mut Command) -> (Option<i32>, String) {
+    use std::io::Read;
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut stderr = child.stderr.take().unwrap();
+    let read = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    (status.code(), read.join().unwrap())
+}
+
+/// A push whose answer is printed to a stdout its reader closed
+/// (`rewire apply … | head -1`) exits with the answer's status, not 101
+/// (a panic on EPIPE), so a script reads the outcome, not a crash.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_stdout_does_not_turn_an_answer_into_a_panic() {
+    let stub = QueuedLifecycle {
+        update_fails: true,
+        ..QueuedLifecycle::default()
+    };
+    let (addr, server) = stub.serve().await;
+    let (code, stderr) = tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command.args([
+            "apply", "--kind", "state", "--name", "orders", "-m", "a=1", "--addr", &addr,
+        ]);
+        for name in TOKEN_VARIABLES {
+            command.env_remove(name);
+        }
+        run_with_stdout_closed(&mut command)
+    })
+    .await
+    .unwrap();
+    server.abort();
+    assert_eq!(code, Some(i32::from(EXIT_UPDATE_FAILED)), "{stderr}");
+    assert!(!stderr.contains("panicked at"), "{stderr}");
+}
+
+/// The exit status of a push applied whose update failed after the commit
+/// (`rewire apply`'s 6).
+const EXIT_UPDATE_FAILED: u8 = 6;
