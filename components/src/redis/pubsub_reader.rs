@@ -20,7 +20,8 @@
 //! another reader of this process on the same server, group and topic:
 //! awaiting their outcome, or a permit to be handed on),
 //! reads new entries: the backlog, up to the stream's last id as the gate
-//! closed (taken once then: nothing of this broker is added after it),
+//! closed (taken once then: nothing of this broker is added after it; when
+//! that look fails, until a read finds nothing new),
 //! however long the app takes over it (within the runtime's drain cap,
 //! `PubSubHandle::DRAIN_CAP`), then on until the stream has been quiet for
 //! [`DRAIN_LINGER`] since the last batch was delivered and a last read
@@ -200,10 +201,11 @@ struct Drain {
     /// delivered, or the drain began).
     quiet_since: Instant,
     /// The stream's last id as the publish gate closed: new entries up to
-    /// it are the backlog, read within [`DRAIN_CAP`]. `None` once an entry
-    /// at or past it was read, or a read of new entries found none (what
-    /// is left went to other consumers of the group), or when it is not
-    /// known (an empty stream, or the look failed).
+    /// it are the backlog, read within [`DRAIN_CAP`] ([`PAST_EVERY_ID`]
+    /// when the look failed: the backlog ends at the first read of new
+    /// entries that finds none). `None` once an entry at or past it was
+    /// read, or a read of new entries found none (what is left went to
+    /// other consumers of the group), or when the stream was empty.
     backlog_end: Option<(u64, u64)>,
     /// When the drain began plus [`DRAIN_CAP`].
     cap_at: Instant,
@@ -212,11 +214,43 @@ struct Drain {
     read_until: Instant,
 }
 
+/// An end of the backlog no entry reaches: only a read of new entries that
+/// finds none ends it.
+const PAST_EVERY_ID: (u64, u64) = (u64::MAX, u64::MAX);
+
+/// The end of a drain's backlog, as looked up once the publish gate closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BacklogEnd {
+    /// The stream's last id then.
+    At(String),
+    /// The stream was empty: there is no backlog.
+    Empty,
+    /// The look failed (an ACL without `XREVRANGE`, a renamed command, a
+    /// failover): the backlog is read, within the cap, until a read of
+    /// new entries finds none, not cut at [`DRAIN_READ_LIMIT`].
+    Unknown,
+}
+
+impl BacklogEnd {
+    /// The end a look-up of the stream's last id (`stream_last_id`) gives.
+    fn looked(looked: &Result<Option<String>, RedisError>) -> Self {
+        match looked {
+            Ok(Some(id)) => Self::At(id.clone()),
+            Ok(None) => Self::Empty,
+            Err(_) => Self::Unknown,
+        }
+    }
+}
+
 impl Drain {
-    /// A drain beginning `now`, its backlog ending at stream id
-    /// `backlog_end` (`None`: unknown or empty).
-    fn new(now: Instant, backlog_end: Option<&str>) -> Self {
-        let backlog_end = backlog_end.and_then(stream_id);
+    /// A drain beginning `now`, its backlog ending at `backlog_end`.
+    fn new(now: Instant, backlog_end: BacklogEnd) -> Self {
+        let backlog_end = match backlog_end {
+            // An id that does not parse names no end: read as unknown.
+            BacklogEnd::At(id) => Some(stream_id(&id).unwrap_or(PAST_EVERY_ID)),
+            BacklogEnd::Empty => None,
+            BacklogEnd::Unknown => Some(PAST_EVERY_ID),
+        };
         let cap_at = now + DRAIN_CAP;
         let mut drain = Self {
             pending_after: Some("0-0".into()),
@@ -246,7 +280,7 @@ impl Drain {
         }
     }
 
-    /// The backlog was read (or is unknown): entries are read on for
+    /// The backlog was read (or there is none): entries are read on for
     /// [`DRAIN_READ_LIMIT`] at most, within the cap.
     fn backlog_read(&mut self, now: Instant) {
         self.read_until = (now + DRAIN_READ_LIMIT).min(self.cap_at);
@@ -307,7 +341,7 @@ impl Reader {
                     return;
                 }
                 let backlog_end = self.backlog_end().await;
-                drain = Some(Drain::new(Instant::now(), backlog_end.as_deref()));
+                drain = Some(Drain::new(Instant::now(), backlog_end));
             }
             // New TLS material in force: the reading connection is opened
             // again with it (the old one would reconnect with the old).
@@ -479,20 +513,21 @@ impl Reader {
     }
 
     /// The stream's last id, looked at once the publish gate closed: the
-    /// end of the drain's backlog. `None` when the stream is empty, or the
-    /// look failed (then the backlog is read within [`DRAIN_READ_LIMIT`],
-    /// as entries past it are).
-    async fn backlog_end(&self) -> Option<String> {
+    /// end of the drain's backlog. When the look fails, it is
+    /// [`BacklogEnd::Unknown`] (read until a read finds nothing, within
+    /// the cap), not taken for an empty stream.
+    async fn backlog_end(&self) -> BacklogEnd {
         let mut reading = self.reading();
         let looked = tokio::select! {
             looked = stream_last_id(&mut reading, &self.topic) => looked,
-            () = self.feed.stopped() => return None,
-            () = self.connected.shutdown.cancelled() => return None,
+            // The reader ends at its next turn: what is returned is moot.
+            () = self.feed.stopped() => return BacklogEnd::Unknown,
+            () = self.connected.shutdown.cancelled() => return BacklogEnd::Unknown,
         };
-        looked.unwrap_or_else(|err| {
-            warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(&err), limit = ?DRAIN_READ_LIMIT, "Looking up the stream's last entry for the drain failed; its backlog is read within the limit.");
-            None
-        })
+        if let Err(err) = &looked {
+            warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(err), cap = ?DRAIN_CAP, "Looking up the stream's last entry for the drain failed; its backlog is read until a read finds nothing new, within the cap.");
+        }
+        BacklogEnd::looked(&looked)
     }
 
     /// `err`, met by a read, as a backend error: with the server read,
@@ -961,7 +996,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drain_reads_its_backlog_past_the_read_limit_then_entries_after_it_within_it() {
         let began = Instant::now();
-        let mut drain = Drain::new(began, Some("1000-0"));
+        let mut drain = Drain::new(began, BacklogEnd::At("1000-0".into()));
         // 2,000 entries, one every 100 ms (`concurrency` 1): 200 s.
         for i in 0..2_000u64 {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -983,27 +1018,66 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_drain_whose_backlog_is_gone_or_unknown_reads_within_the_read_limit() {
+    async fn a_drain_whose_backlog_is_gone_or_empty_reads_within_the_read_limit() {
         let began = Instant::now();
         // Other consumers of the group took the rest: a read finds none.
-        let mut taken = Drain::new(began, Some("1000-0"));
+        let mut taken = Drain::new(began, BacklogEnd::At("1000-0".into()));
         tokio::time::sleep(Duration::from_secs(1)).await;
         taken.read_new(None, Instant::now());
         assert_eq!(taken.read_until, Instant::now() + DRAIN_READ_LIMIT);
-        // An empty stream, or the look failed: as before.
-        assert_eq!(Drain::new(began, None).read_until, began + DRAIN_READ_LIMIT);
+        // An empty stream: no backlog.
+        let empty = Drain::new(began, BacklogEnd::Empty);
+        assert_eq!(empty.read_until, began + DRAIN_READ_LIMIT);
         // The limit after the backlog stays within the cap.
-        let mut late = Drain::new(began, Some("1-0"));
+        let mut late = Drain::new(began, BacklogEnd::At("1-0".into()));
         tokio::time::sleep(DRAIN_CAP - Duration::from_secs(1)).await;
         late.read_new(Some("1-0"), Instant::now());
         assert_eq!(late.read_until, began + DRAIN_CAP);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_whose_backlog_end_is_unknown_reads_it_past_the_read_limit_until_a_read_finds_none(
+    ) {
+        let began = Instant::now();
+        let mut drain = Drain::new(began, BacklogEnd::Unknown);
+        // 2,000 entries, one every 100 ms (`concurrency` 1): 200 s.
+        for i in 0..2_000u64 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drain.read_new(Some(&format!("{}-{}", u64::MAX - 1, i)), Instant::now());
+            assert!(
+                Instant::now() < drain.read_until,
+                "cut at entry {i} after {:?}",
+                began.elapsed()
+            );
+        }
+        assert!(began.elapsed() > DRAIN_READ_LIMIT);
+        assert_eq!(drain.read_until, began + DRAIN_CAP, "cut before the cap");
+        // A read finds nothing new: the backlog was read.
+        drain.read_new(None, Instant::now());
+        assert_eq!(drain.read_until, Instant::now() + DRAIN_READ_LIMIT);
+    }
+
+    #[tokio::test]
+    async fn a_server_refusing_the_last_id_look_up_leaves_the_backlog_end_unknown() {
+        let server = RedisServer::start().await;
+        // An ACL written for Dapr, which never sends `XREVRANGE`.
+        server
+            .query(&["ACL", "SETUSER", "default", "-xrevrange"])
+            .await
+            .expect("ACL SETUSER");
+        let mut conn = server.connection().await;
+        let looked = stream_last_id(&mut conn, "orders").await;
+        assert_eq!(BacklogEnd::looked(&looked), BacklogEnd::Unknown);
+        let err = looked.expect_err("XREVRANGE allowed");
+        assert_eq!(err.code(), Some("NOPERM"), "{err}");
     }
 
     #[tokio::test]
     async fn the_backlog_ends_at_the_streams_last_entry() {
         let server = RedisServer::start().await;
         let mut conn = server.connection().await;
-        assert_eq!(stream_last_id(&mut conn, "orders").await, Ok(None));
+        let empty = stream_last_id(&mut conn, "orders").await;
+        assert_eq!(BacklogEnd::looked(&empty), BacklogEnd::Empty);
         let mut last = String::new();
         for data in ["a", "b", "c"] {
             last = redis::cmd("XADD")
@@ -1015,6 +1089,7 @@ mod tests {
                 .await
                 .expect("XADD");
         }
-        assert_eq!(stream_last_id(&mut conn, "orders").await, Ok(Some(last)));
+        let looked = stream_last_id(&mut conn, "orders").await;
+        assert_eq!(BacklogEnd::looked(&looked), BacklogEnd::At(last));
     }
 }
