@@ -104,8 +104,13 @@ const DRAIN_CAP: Duration = PubSubHandle::DRAIN_CAP;
 const DRAIN_RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How long a drain waits at most for the publishes under way to end
 /// (one whose server stopped answering, with no `readTimeout`, may never
-/// end); then it refuses publishes without waiting, and drains.
-const GATE_CLOSE_LIMIT: Duration = DRAIN_READ_LIMIT;
+/// end); then it refuses publishes without waiting, and drains. An `XADD`
+/// is bounded by `dialTimeout` + `readTimeout` + `writeTimeout` (11 s by
+/// default) when those are set; this bounds the rest. Half the runtime's
+/// no-progress limit (120 s, counted from the replacement, as
+/// [`DRAIN_READ_LIMIT`]): the backlog's first entry is delivered with
+/// half of it left, never after the runtime stopped the drain.
+const GATE_CLOSE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Creates consumer group `group` on `topic` at the start of the stream
 /// (creating the stream too), unless it exists.
@@ -1055,6 +1060,14 @@ mod tests {
         // A read finds nothing new: the backlog was read.
         drain.read_new(None, Instant::now());
         assert_eq!(drain.read_until, Instant::now() + DRAIN_READ_LIMIT);
+    }
+
+    #[test]
+    fn the_wait_for_publishes_under_way_leaves_half_the_no_progress_limit_to_the_backlog() {
+        // An `XADD` with the default timeouts: 5 s + 3 s + 3 s.
+        use super::super::metadata::{DEFAULT_DIAL_TIMEOUT, DEFAULT_READ_TIMEOUT};
+        assert!(GATE_CLOSE_LIMIT > DEFAULT_DIAL_TIMEOUT + DEFAULT_READ_TIMEOUT * 2);
+        assert!(GATE_CLOSE_LIMIT <= DRAIN_READ_LIMIT / 2);
     }
 
     #[tokio::test]
