@@ -367,6 +367,8 @@ pub(crate) struct Members {
     logins: Vec<Service>,
     /// Index into `channels` of the member in use.
     current: AtomicUsize,
+    /// Which channels these are (see [`Client::channels_generation`]).
+    generation: u64,
 }
 
 impl std::fmt::Debug for Members {
@@ -381,12 +383,13 @@ impl std::fmt::Debug for Members {
 
 impl Members {
     /// A lazily connected channel to each of `endpoints`, calls going to
-    /// `current` first.
+    /// `current` first; `generation` tells them apart.
     fn new(
         endpoints: &[String],
         options: &ConnectOptions,
         token: &TokenInterceptor,
         current: usize,
+        generation: u64,
     ) -> Result<Self, Error> {
         let mut channels = Vec::with_capacity(endpoints.len());
         let mut logins = Vec::with_capacity(endpoints.len());
@@ -400,6 +403,7 @@ impl Members {
             channels,
             logins,
             current: AtomicUsize::new(current % endpoints.len().max(1)),
+            generation,
         })
     }
 
@@ -462,6 +466,8 @@ pub struct Client {
     options: Arc<RwLock<ConnectOptions>>,
     /// Counts the replacements of the channels.
     replaced: Arc<watch::Sender<u64>>,
+    /// The last generation given to channels made for this client.
+    generations: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Client {
@@ -484,7 +490,7 @@ impl Client {
             return Err(Error::NoEndpoint);
         }
         let token = TokenInterceptor::default();
-        let members = Members::new(endpoints, &options, &token, 0)?;
+        let members = Members::new(endpoints, &options, &token, 0, 0)?;
         let client = Self {
             members: Arc::new(RwLock::new(Arc::new(members))),
             token,
@@ -494,6 +500,7 @@ impl Client {
             endpoints: Arc::new(endpoints.to_vec()),
             options: Arc::new(RwLock::new(options)),
             replaced: Arc::new(watch::Sender::new(0)),
+            generations: Arc::new(AtomicU64::new(0)),
         };
         if client.user.is_some() {
             client.failover(|index, _| client.login(index)).await?;
@@ -513,13 +520,26 @@ impl Client {
         Arc::clone(&self.members.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Which channels calls go to now: 0 for those
+    /// [`connect`](Self::connect) made, another number (never used
+    /// before by this client or its clones) for each set
+    /// [`replace_tls`](Self::replace_tls) swaps in. A call uses the
+    /// channels in force when it starts throughout, so a call started and
+    /// finished with the same generation read before and after it ran on
+    /// that generation's channels (a set swapped out never comes back).
+    pub fn channels_generation(&self) -> u64 {
+        self.members().generation
+    }
+
     /// Connects anew to the same endpoints with `tls` (same limits, user
     /// and auth token), checks that a member answers `Status` there, then
     /// makes this client and every clone of it use the new channels. Calls
     /// in flight finish on the old channels, and a watch opened before
     /// keeps its stream: [`replacements`](Self::replacements) tells its
-    /// owner to watch again. On an error nothing changes.
-    pub async fn replace_tls(&self, tls: Option<TlsOptions>) -> Result<(), Error> {
+    /// owner to watch again. On an error nothing changes. The `Status` a
+    /// member answered on the new channels (its header names the cluster
+    /// they reached).
+    pub async fn replace_tls(&self, tls: Option<TlsOptions>) -> Result<StatusResponse, Error> {
         let mut options = self
             .options
             .read()
@@ -527,17 +547,18 @@ impl Client {
             .clone();
         options.tls = tls;
         let current = self.members().current.load(Ordering::Acquire);
-        let members = Members::new(&self.endpoints, &options, &self.token, current)?;
+        let generation = self.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let members = Members::new(&self.endpoints, &options, &self.token, current, generation)?;
         let trial = Self {
             members: Arc::new(RwLock::new(Arc::new(members))),
             ..self.clone()
         };
-        trial.status().await?;
+        let status = trial.status().await?;
         let members = trial.members();
         *self.options.write().unwrap_or_else(|p| p.into_inner()) = options;
         *self.members.write().unwrap_or_else(|p| p.into_inner()) = members;
         self.replaced.send_modify(|n| *n += 1);
-        Ok(())
+        Ok(status)
     }
 
     /// Changes (its value counts them) each time
@@ -1057,6 +1078,24 @@ mod tests {
         // never member 1 that the other call moved to.
         client.members().skip(ran_on.0);
         assert_eq!(client.members().current().0, 1);
+    }
+
+    /// The channels `connect` made are generation 0; a swap that fails
+    /// (no member answers `Status` on the new channels) keeps them.
+    #[tokio::test]
+    async fn a_failed_swap_keeps_the_channels_and_their_generation() {
+        let endpoints = ["http://127.0.0.1:1".to_string()];
+        let options = ConnectOptions {
+            connect_timeout: std::time::Duration::from_millis(500),
+            timeout: std::time::Duration::from_millis(500),
+            ..ConnectOptions::default()
+        };
+        let client = Client::connect(&endpoints, options)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(client.channels_generation(), 0);
+        assert!(client.replace_tls(None).await.is_err());
+        assert_eq!(client.channels_generation(), 0);
     }
 
     #[test]

@@ -30,7 +30,12 @@
 //! `https://` endpoint). Files among them are followed while the
 //! sequencer runs ([`crate::tls::follow_files`]): new material is tried on
 //! new channels (`Status` must answer) and swapped into the client; a bad
-//! file keeps the channels in force.
+//! file keeps the channels in force. The new channels may reach another
+//! cluster (`endpoints` a DNS name moved to a DR cluster, while calls in
+//! flight finish on the old one), so their ids are another source's
+//! ([`ChannelSources`]): accepted only above every id handed out before
+//! their first use, while a late answer on the old channels is refused and
+//! asked again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -44,7 +49,7 @@ use serde::Deserialize;
 use tokio_util::sync::DropGuard;
 
 use super::metadata::{EtcdMetadata, EtcdSettings};
-use super::sequencer_kv::{CounterKeys, EtcdCounters, MAX_LIFT_PUTS};
+use super::sequencer_kv::{CounterKeys, EtcdCounters, NewChannels, MAX_LIFT_PUTS};
 use crate::high_water::{
     check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
     MAX_KEYS,
@@ -172,7 +177,7 @@ impl EtcdSequencerMetadata {
 pub struct EtcdSequencer {
     #[metadata]
     metadata: EtcdSequencerMetadata,
-    running: Option<(Arc<EtcdCounters>, HighWater, Arc<CounterSource>)>,
+    running: Option<(Arc<EtcdCounters>, HighWater, Arc<ChannelSources>)>,
     /// The app id and the component's name (for the `appid` and `name`
     /// key prefix strategies), set at `init`.
     names: (String, String),
@@ -185,7 +190,7 @@ pub struct EtcdSequencer {
 impl EtcdSequencer {
     async fn next_id(&self, key: &str) -> Result<i64, SequencerError> {
         check_request(key, 1)?;
-        let (counters, marks, source) = self
+        let (counters, marks, sources) = self
             .running
             .as_ref()
             .ok_or_else(|| SequencerError::Backend("the sequencer is not initialised".into()))?;
@@ -230,7 +235,7 @@ impl EtcdSequencer {
             }
         }
         for refused in 0..MAX_ATTEMPTS {
-            let id = counters
+            let (id, channels) = counters
                 .next_above(&keys, floor)
                 .await
                 .map_err(SequencerError::Backend)?;
@@ -242,8 +247,7 @@ impl EtcdSequencer {
                 }
                 migrated.insert(key.to_string());
             }
-            let range = IdRange { from: id, to: id };
-            match marks.accept(key, range, source, || true).await? {
+            match sources.judge(marks, key, id, channels).await? {
                 Verdict::Accept => return Ok(id),
                 Verdict::Retry { floor: above } => {
                     // A lead short of a jump at first (the counter stays
@@ -295,16 +299,24 @@ impl Component for EtcdSequencer {
         let marks = HighWater::adopt(cx, file, &self.metadata.bigger_than)
             .await
             .map_err(|err| ComponentError::new(err.to_string()))?;
-        let source = CounterSource::of(
+        let sources = Arc::new(ChannelSources::new(
+            SourceNames {
+                endpoints: settings.endpoints.clone(),
+                path: self.metadata.path(),
+                key_prefix: self.metadata.key_prefix.clone(),
+                names: self.names.clone(),
+            },
+            counters.channels(),
             counters.cluster(),
-            &settings.endpoints,
-            &self.metadata.path(),
-            &self.metadata.key_prefix,
-            &self.names,
-        );
+        ));
         let counters = Arc::new(counters);
-        self._follow = follow_tls_files(cx, &settings, Arc::downgrade(&counters));
-        self.running = Some((counters, marks, source));
+        self._follow = follow_tls_files(
+            cx,
+            &settings,
+            Arc::downgrade(&counters),
+            Arc::downgrade(&sources),
+        );
+        self.running = Some((counters, marks, sources));
         Ok(())
     }
 }
@@ -338,6 +350,33 @@ impl CounterSource {
         key_prefix: &str,
         names: &(String, String),
     ) -> Arc<Self> {
+        Self::registered(cluster, endpoints, path, key_prefix, names, true)
+    }
+
+    /// A new source for the counters [`of`](Self::of) names, reached on
+    /// channels just swapped in (maybe to another cluster behind the same
+    /// names): never one in use before; instances built from now on with
+    /// the same names share it (they reach whatever the names reach now).
+    fn renewed(
+        cluster: u64,
+        endpoints: &[String],
+        path: &str,
+        key_prefix: &str,
+        names: &(String, String),
+    ) -> Arc<Self> {
+        Self::registered(cluster, endpoints, path, key_prefix, names, false)
+    }
+
+    /// [`of`](Self::of) (`reuse`: the live source of the same names, if
+    /// any) or [`renewed`](Self::renewed).
+    fn registered(
+        cluster: u64,
+        endpoints: &[String],
+        path: &str,
+        key_prefix: &str,
+        names: &(String, String),
+        reuse: bool,
+    ) -> Arc<Self> {
         type Sources = HashMap<String, Weak<CounterSource>>;
         static SOURCES: LazyLock<std::sync::Mutex<Sources>> = LazyLock::new(Default::default);
         if cluster == 0 {
@@ -353,7 +392,7 @@ impl CounterSource {
             key_prefix.to_lowercase()
         );
         let mut sources = SOURCES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(source) = sources.get(&id).and_then(Weak::upgrade) {
+        if let Some(source) = sources.get(&id).and_then(Weak::upgrade).filter(|_| reuse) {
             return source;
         }
         sources.retain(|_, source| source.strong_count() > 0);
@@ -363,14 +402,116 @@ impl CounterSource {
     }
 }
 
+/// What names a sequencer's counters, but for the cluster (see
+/// [`CounterSource::of`]).
+#[derive(Debug)]
+struct SourceNames {
+    /// `endpoints`, as listed.
+    endpoints: Vec<String>,
+    /// `keyPrefixPath`, as the counters' keys use it.
+    path: String,
+    /// `keyPrefix`.
+    key_prefix: String,
+    /// `(app id, component)`.
+    names: (String, String),
+}
+
+/// The source of the ids each set of the counters' channels hands out
+/// (see [`EtcdCounters::channels`]): the set in force and its source, a
+/// new one each time new channels are swapped in, since they may reach
+/// another cluster behind the same `endpoints` (a DNS name moved to a DR
+/// cluster that is behind). An id from the new channels is then accepted
+/// only above every id handed out before their first use, and one from
+/// the old channels (a call in flight across the swap) is refused and
+/// asked again: under one source, two counters could give the same id.
+#[derive(Debug)]
+pub(crate) struct ChannelSources {
+    names: SourceNames,
+    /// The channels in force and their source.
+    current: Mutex<(u64, Arc<CounterSource>)>,
+}
+
+impl ChannelSources {
+    /// The sources of counters named by `names`, channels `generation` in
+    /// force on `cluster`.
+    fn new(names: SourceNames, generation: u64, cluster: u64) -> Self {
+        let source = CounterSource::of(
+            cluster,
+            &names.endpoints,
+            &names.path,
+            &names.key_prefix,
+            &names.names,
+        );
+        Self {
+            names,
+            current: Mutex::new((generation, source)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, Arc<CounterSource>)> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// New channels are in force: their ids get a source of their own.
+    fn swapped_in(&self, channels: NewChannels) {
+        let names = &self.names;
+        let source = CounterSource::renewed(
+            channels.cluster,
+            &names.endpoints,
+            &names.path,
+            &names.key_prefix,
+            &names.names,
+        );
+        *self.lock() = (channels.generation, source);
+    }
+
+    /// The source of ids made on `channels` while they are in force
+    /// (`None`: not known, or not in force).
+    fn of_channels(&self, channels: Option<u64>) -> Option<Arc<CounterSource>> {
+        let current = self.lock();
+        (Some(current.0) == channels).then(|| current.1.clone())
+    }
+
+    /// Whether `source` is that of the channels in force.
+    fn in_force(&self, source: &Arc<CounterSource>) -> bool {
+        Arc::ptr_eq(&self.lock().1, source)
+    }
+
+    /// Whether `id`, made on `channels` (`None`: on either side of a
+    /// swap), may be handed out for `key`: only while those channels are
+    /// in force, and (the marks see to it) above every id handed out
+    /// before their first id.
+    async fn judge(
+        &self,
+        marks: &HighWater,
+        key: &str,
+        id: i64,
+        channels: Option<u64>,
+    ) -> Result<Verdict, SequencerError> {
+        let range = IdRange { from: id, to: id };
+        match self.of_channels(channels) {
+            Some(source) => {
+                let in_force = || self.in_force(&source);
+                marks.accept(key, range, &source, in_force).await
+            }
+            // Refused: the floor to ask again above.
+            None => {
+                let source = self.lock().1.clone();
+                marks.accept(key, range, &source, || false).await
+            }
+        }
+    }
+}
+
 /// Follows the TLS files of `settings` (if it names any) until the
 /// sequencer is closed or dropped: new material is tried on new channels
 /// and swapped into the counters' client (calls in flight finish on the
-/// old ones).
+/// old ones); their ids are a new source's (see [`ChannelSources`]).
 fn follow_tls_files(
     cx: &InitContext,
     settings: &EtcdSettings,
     counters: Weak<EtcdCounters>,
+    sources: Weak<ChannelSources>,
 ) -> Option<DropGuard> {
     let (Some(fields), Some(material)) = (&settings.tls_fields, &settings.tls) else {
         return None;
@@ -383,12 +524,17 @@ fn follow_tls_files(
         material.clone(),
         stop.clone(),
         move |material| {
-            let counters = counters.clone();
+            let (counters, sources) = (counters.clone(), sources.clone());
             async move {
-                let counters = counters
-                    .upgrade()
-                    .ok_or_else(|| "the sequencer is gone".to_string())?;
-                counters.replace_tls(&material).await
+                let gone = || "the sequencer is gone".to_string();
+                let counters = counters.upgrade().ok_or_else(gone)?;
+                let sources = sources.upgrade().ok_or_else(gone)?;
+                let channels = counters.replace_tls(&material).await?;
+                // Before anything is awaited: until then ids from the new
+                // channels are refused (asked again), not taken for the
+                // old channels' (the window is a few instructions).
+                sources.swapped_in(channels);
+                Ok(())
             }
         },
     );
@@ -446,5 +592,119 @@ mod tests {
             &CounterSource::of(0, &a, "/layotto/", "appid", &names),
             &CounterSource::of(0, &a, "/layotto/", "appid", &names)
         ));
+    }
+
+    /// A TLS swap whose new channels reach a DR cluster that is behind
+    /// (`endpoints` a DNS name moved there; restored from the primary's
+    /// manifests, so the same cluster id): 100 was handed out; R1 takes
+    /// 101 on the primary over the old channels, R2 takes 101 on the DR
+    /// cluster over the new ones. Whatever the order of the swap and the
+    /// two answers, 101 is handed out once: a late answer of the old
+    /// channels is refused, and the new channels' first id must lie above
+    /// every id handed out before. Before: one source for both, whose
+    /// marks' floor lay far below, and both were handed 101.
+    #[tokio::test]
+    async fn ids_from_channels_swapped_in_never_repeat_the_old_channels_ids() {
+        #[derive(Debug, Clone, Copy)]
+        enum Step {
+            AnswerR1,
+            Swap,
+            AnswerR2,
+        }
+        use Step::*;
+        let orders = [
+            [AnswerR1, Swap, AnswerR2],
+            [Swap, AnswerR1, AnswerR2],
+            [Swap, AnswerR2, AnswerR1],
+        ];
+        for (case, order) in orders.into_iter().enumerate() {
+            let names = SourceNames {
+                endpoints: vec!["etcd.example:2379".into()],
+                path: "/layotto/".into(),
+                key_prefix: String::new(),
+                names: ("app".into(), format!("swap-{case}")),
+            };
+            let sources = ChannelSources::new(names, 0, 7);
+            let key = rewire_runtime::ComponentKey::new("sequencer", "ids");
+            let cx = InitContext::new(key, "app", rewire_runtime::Metadata::default());
+            let marks = HighWater::adopt(&cx, None, &BTreeMap::new()).await.unwrap();
+            let first = sources.judge(&marks, "orders", 100, Some(0)).await;
+            assert!(matches!(first, Ok(Verdict::Accept)), "{case}: {first:?}");
+            let mut handed = Vec::new();
+            for step in order {
+                let answer = match step {
+                    Swap => {
+                        let channels = NewChannels {
+                            generation: 1,
+                            cluster: 7,
+                        };
+                        sources.swapped_in(channels);
+                        continue;
+                    }
+                    AnswerR1 => sources.judge(&marks, "orders", 101, Some(0)).await,
+                    AnswerR2 => sources.judge(&marks, "orders", 101, Some(1)).await,
+                };
+                match answer.unwrap() {
+                    Verdict::Accept => handed.push((step, 101)),
+                    Verdict::Retry { floor } => {
+                        assert!(floor >= 100, "{case}: {step:?} asked again above {floor}")
+                    }
+                }
+            }
+            assert_eq!(handed.len(), 1, "{order:?}: 101 handed out {handed:?}");
+            // The new channels go on; the old ones stay refused.
+            let next = sources.judge(&marks, "orders", 102, Some(1)).await;
+            assert!(matches!(next, Ok(Verdict::Accept)), "{case}: {next:?}");
+            let late = sources.judge(&marks, "orders", 103, Some(0)).await;
+            assert!(
+                matches!(late, Ok(Verdict::Retry { .. })),
+                "{case}: {late:?}"
+            );
+        }
+    }
+
+    /// An id whose writes straddled a swap (made on either set of
+    /// channels) is refused and asked again above the floor.
+    #[tokio::test]
+    async fn an_id_made_across_a_swap_is_asked_again() {
+        let names = SourceNames {
+            endpoints: vec!["etcd.example:2379".into()],
+            path: "/layotto/".into(),
+            key_prefix: String::new(),
+            names: ("app".into(), "across".into()),
+        };
+        let sources = ChannelSources::new(names, 0, 7);
+        let key = rewire_runtime::ComponentKey::new("sequencer", "ids");
+        let cx = InitContext::new(key, "app", rewire_runtime::Metadata::default());
+        let marks = HighWater::adopt(&cx, None, &BTreeMap::new()).await.unwrap();
+        let first = sources.judge(&marks, "orders", 100, Some(0)).await;
+        assert!(matches!(first, Ok(Verdict::Accept)), "{first:?}");
+        let across = sources.judge(&marks, "orders", 101, None).await;
+        assert!(
+            matches!(across, Ok(Verdict::Retry { floor: 100 })),
+            "{across:?}"
+        );
+    }
+
+    /// A swap makes a new source, even on the same cluster and names, and
+    /// an instance built after it shares it (not the old channels' one).
+    #[test]
+    fn a_swap_makes_a_new_source_that_later_instances_share() {
+        let names = || SourceNames {
+            endpoints: vec!["etcd.example:2379".into()],
+            path: "/layotto/".into(),
+            key_prefix: String::new(),
+            names: ("app".into(), "renewed".into()),
+        };
+        let old = ChannelSources::new(names(), 0, 7);
+        let before = old.lock().1.clone();
+        old.swapped_in(NewChannels {
+            generation: 1,
+            cluster: 7,
+        });
+        let after = old.lock().1.clone();
+        assert!(!Arc::ptr_eq(&before, &after));
+        let later = ChannelSources::new(names(), 0, 7);
+        assert!(Arc::ptr_eq(&later.lock().1, &after));
     }
 }

@@ -14,6 +14,15 @@ use rewire_etcd::{Client, ConnectOptions, TlsOptions};
 use super::metadata::EtcdSettings;
 use crate::tls::ClientTls;
 
+/// The channels [`EtcdCounters::replace_tls`] swapped in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewChannels {
+    /// Their generation (see [`EtcdCounters::channels`]).
+    pub generation: u64,
+    /// The id of the cluster that answered on them (0: not told).
+    pub cluster: u64,
+}
+
 /// The counters of a sequencer in etcd.
 pub struct EtcdCounters {
     client: Client,
@@ -46,19 +55,8 @@ impl EtcdCounters {
                 .await
                 .map_err(|err| err.to_string())?;
         }
-        let options = ConnectOptions {
-            connect_timeout: settings.dial,
-            timeout: settings.dial,
-            keep_alive: None,
-            user: settings
-                .credentials
-                .as_ref()
-                .map(|c| (c.username.clone(), c.password.clone())),
-            tls: settings.tls.as_ref().map(tls_options),
-            ..ConnectOptions::default()
-        };
         let urls = settings.urls();
-        let connect = Client::connect(&urls, options);
+        let connect = Client::connect(&urls, connect_options(settings));
         let client = match tokio::time::timeout(settings.connect_limit(), connect).await {
             Ok(Ok(client)) => client,
             Ok(Err(err)) => return Err(settings.scrub(&err.to_string())),
@@ -88,15 +86,29 @@ impl EtcdCounters {
 
     /// Connects anew with `tls` (a member must answer `Status` there), then
     /// makes every later call use the new channels; calls in flight finish
-    /// on the old ones. On an error the channels in force stay.
-    pub async fn replace_tls(&self, tls: &ClientTls) -> Result<(), String> {
-        self.client
+    /// on the old ones. On an error the channels in force stay. Which
+    /// channels are now in force, and the cluster that answered on them.
+    pub async fn replace_tls(&self, tls: &ClientTls) -> Result<NewChannels, String> {
+        let status = self
+            .client
             .replace_tls(Some(tls_options(tls)))
             .await
             .map_err(|err| {
                 let endpoints = self.settings.endpoints_text();
                 self.settings.scrub(&format!("etcd at {endpoints}: {err}"))
-            })
+            })?;
+        Ok(NewChannels {
+            // Read before anything is awaited: the sequencer swaps one set
+            // at a time, so these are the channels just swapped in.
+            generation: self.client.channels_generation(),
+            cluster: status.header.map_or(0, |header| header.cluster_id),
+        })
+    }
+
+    /// Which channels calls go to now (see
+    /// [`Client::channels_generation`]).
+    pub fn channels(&self) -> u64 {
+        self.client.channels_generation()
     }
 
     /// What a counter of rewire's earlier layout holds: its decimal value,
@@ -128,9 +140,12 @@ impl EtcdCounters {
         }
         let text = std::str::from_utf8(&kv.value)
             .map_err(|_| format!("counter `{key}` does not hold text"))?;
-        text.parse::<i64>()
-            .map(Some)
-            .map_err(|_| format!("counter `{key}` holds `{text}`, not a number"))
+        text.parse::<i64>().map(Some).map_err(|_| {
+            format!(
+                "counter `{key}` holds `{}`, not a number",
+                cut_short(text, SHOWN_VALUE_CHARS)
+            )
+        })
     }
 
     async fn bumped(&self, keys: &CounterKeys) -> Result<Counter, String> {
@@ -149,7 +164,25 @@ impl EtcdCounters {
     /// no other client changed the offset meanwhile, else it is read again;
     /// at most [`MAX_JUMPS`] times), with a warning that Layotto's sidecars,
     /// which read only the version, must not share it any more.
-    pub async fn next_above(&self, keys: &CounterKeys, floor: i64) -> Result<i64, String> {
+    ///
+    /// Also which channels made every write of it (see
+    /// [`channels`](Self::channels)); `None` when new ones were swapped in
+    /// meanwhile: the id may then come from either set (after a TLS swap
+    /// the new channels may reach another cluster).
+    pub async fn next_above(
+        &self,
+        keys: &CounterKeys,
+        floor: i64,
+    ) -> Result<(i64, Option<u64>), String> {
+        let before = self.channels();
+        let id = self.next_above_on_any(keys, floor).await?;
+        let after = self.channels();
+        Ok((id, (before == after).then_some(before)))
+    }
+
+    /// [`next_above`](Self::next_above) on whatever channels are in force
+    /// at each write.
+    async fn next_above_on_any(&self, keys: &CounterKeys, floor: i64) -> Result<i64, String> {
         let key = &keys.counter;
         let mut counter = self.bumped(keys).await?;
         let mut lifting = None;
@@ -553,11 +586,77 @@ fn parse_record(value: &[u8]) -> Option<(i64, i64)> {
     Some((offset, created))
 }
 
+/// Largest answer the sequencer's client accepts: it reads only empty
+/// counters, offset records and earlier-layout decimals (etcd's default
+/// request limit is 1.5 MiB, so a value past that is not a counter).
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Characters of a value quoted in an error.
+const SHOWN_VALUE_CHARS: usize = 64;
+
+/// The sequencer's client options for `settings`: `dialTimeout` for
+/// connecting and for each call, the store's credentials and TLS, and
+/// answers of at most [`MAX_ANSWER_BYTES`].
+fn connect_options(settings: &EtcdSettings) -> ConnectOptions {
+    ConnectOptions {
+        connect_timeout: settings.dial,
+        timeout: settings.dial,
+        keep_alive: None,
+        user: settings
+            .credentials
+            .as_ref()
+            .map(|c| (c.username.clone(), c.password.clone())),
+        tls: settings.tls.as_ref().map(tls_options),
+        max_response_size: MAX_ANSWER_BYTES,
+    }
+}
+
+/// The first `chars` characters of `text`, `…` marking a cut (with the
+/// whole length in bytes).
+fn cut_short(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+        None => text.to_string(),
+    }
+}
+
 /// The client's TLS options for `tls`.
 fn tls_options(tls: &ClientTls) -> TlsOptions {
     TlsOptions {
         ca_pem: tls.roots_pem(),
         identity: tls.identity.clone(),
         domain: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sequencer's client takes answers of at most 4 MiB (it reads
+    /// empty counters and short records), not etcd's `i32::MAX` bytes.
+    #[test]
+    fn answers_are_bounded_to_a_few_mib() {
+        let settings = EtcdSettings {
+            endpoints: vec!["127.0.0.1:2379".into()],
+            key_prefix: "/layotto/".into(),
+            credentials: None,
+            dial: std::time::Duration::from_secs(5),
+            watch_retry: std::time::Duration::from_secs(1),
+            tls: None,
+            tls_fields: None,
+        };
+        let options = connect_options(&settings);
+        assert_eq!(options.max_response_size, 4 * 1024 * 1024);
+    }
+
+    /// A long value is quoted by its first characters (cut on a character
+    /// boundary) and its length.
+    #[test]
+    fn long_values_are_cut_short() {
+        let long = "é".repeat(1000);
+        let shown = cut_short(&long, 64);
+        assert_eq!(shown, format!("{}… (2000 bytes)", "é".repeat(64)));
+        assert_eq!(cut_short("short", 64), "short");
     }
 }

@@ -269,6 +269,25 @@ async fn counters_in_the_earlier_layout_go_on() {
     assert_eq!(shared.get_next_id(next("shared")).await, Ok(41));
 }
 
+/// An earlier-layout counter holding 1 MiB that is no number: the
+/// request fails naming the counter, quoting only the start of its value
+/// (the error goes to the client and the log). Before: the whole MiB.
+#[tokio::test]
+async fn an_earlier_layout_counter_that_is_no_number_is_quoted_short() {
+    let server = EtcdServer::start().await;
+    let junk = "x".repeat(1024 * 1024);
+    server.put("/ids/sequencer|||orders", &junk).await;
+    let metadata = json!({"endpoints": server.endpoint(), "keyPrefixPath": "/ids/"});
+    let ids = sequencer_of("app1", "etcd-junk", "etcd", metadata).await;
+    let refused = ids.get_next_id(next("orders")).await;
+    let Err(SequencerError::Backend(message)) = refused else {
+        panic!("expected a backend error, got {refused:?}");
+    };
+    assert!(message.len() < 1024, "{} bytes", message.len());
+    assert!(message.contains("/ids/sequencer|||orders"), "{message}");
+    assert!(message.contains("not a number"), "{message}");
+}
+
 /// Many first requests at once on a counter behind its floor (a restart
 /// with a reservation, a `biggerThan`): one lifts it, the others wait and
 /// take the next ids, rather than each putting it past the floor (ids
