@@ -333,8 +333,7 @@ async fn a_push_cut_short_by_shutdown_is_marked_so() {
     let refused = api
         .apply_configuration(push(component("state", "s", "memory"), "10S"))
         .await
-        .err()
-        .expect("refused once the reloads are stopped");
+        .expect_err("refused once the reloads are stopped");
     assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
     let info = refused.get_details_error_info().expect("marked");
     assert_eq!(
