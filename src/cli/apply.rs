@@ -453,7 +453,10 @@ fn update_failed(answer: &ApplyConfigurationResponse) -> bool {
 /// Prints the sidecar's answer about `key`; exits 1 on a rejection,
 /// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when a
 /// component's update failed after the commit.
+/// Whatever the sidecar says (reasons, names, outcomes) is shown with its
+/// control characters escaped.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
+    use super::remote::one_line;
     use std::fmt::Write as _;
     let answered = Answered::of(&answer);
     let code = ExitCode::from(answered.exit_code());
@@ -466,7 +469,7 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
             answer.generation
         );
         for reason in answer.errors {
-            let _ = writeln!(out, "  {reason}");
+            let _ = writeln!(out, "  {}", one_line(&reason));
         }
         super::print_stdout(&out);
         return code;
@@ -475,7 +478,8 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
         let _ = writeln!(
             out,
             "{key}: {} (generation {})",
-            answer.outcome, answer.generation
+            one_line(&answer.outcome),
+            answer.generation
         );
         let mut actions: Vec<_> = answer
             .actions
@@ -484,7 +488,7 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
             .collect();
         actions.sort();
         for (component, action) in actions {
-            let _ = writeln!(out, "  {component}: {action}");
+            let _ = writeln!(out, "  {}: {}", one_line(&component), one_line(&action));
         }
         super::print_stdout(&out);
         // Applied, but a component's update failed after the commit: it
@@ -499,16 +503,17 @@ fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
             );
         }
         for error in answer.errors {
-            eprintln!("  {error}");
+            eprintln!("  {}", one_line(&error));
         }
         code
     } else {
         eprintln!(
             "{key}: {} (generation {} keeps serving)",
-            answer.outcome, answer.generation
+            one_line(&answer.outcome),
+            answer.generation
         );
         for error in answer.errors {
-            eprintln!("  {error}");
+            eprintln!("  {}", one_line(&error));
         }
         code
     }

@@ -45,6 +45,23 @@ fn token_of(name: &str, value: Option<OsString>) -> Result<Option<String>, Strin
     }
 }
 
+/// `text` with its control characters escaped (`\u{1b}`, `\r`), as
+/// `validate` shows a configuration's problems: a name or reason from the
+/// sidecar (pushed by anyone with the token, or quoting a backend) must
+/// not drive the terminal (an OSC 52 sequence sets the clipboard) nor
+/// split a line.
+pub fn one_line(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
 /// `error` and each of its sources, `outer: inner: …`: the cause
 /// (`Connection refused`, a TLS certificate error) that a transport
 /// error's own text (`transport error`, `error sending request`) leaves

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::print_json;
+use super::remote::one_line;
 
 /// How many of the last reloads the summary shows.
 const RELOADS_SHOWN: usize = 5;
@@ -194,10 +195,11 @@ fn reload_line(reload: &Value) -> String {
     line
 }
 
-/// A field as text: strings unquoted, anything missing as `?`.
+/// A field as text: strings unquoted (control characters escaped, see
+/// [`one_line`]), anything missing as `?`.
 fn field(value: &Value, name: &str) -> String {
     match value.get(name) {
-        Some(Value::String(text)) => text.clone(),
+        Some(Value::String(text)) => one_line(text),
         Some(Value::Null) | None => "?".to_string(),
         Some(other) => other.to_string(),
     }
@@ -211,9 +213,10 @@ fn list<'a>(value: &'a Value, name: &str) -> &'a [Value] {
         .map_or(&[], Vec::as_slice)
 }
 
-/// The first line of a (possibly multi-line) message.
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or("")
+/// The first line of a (possibly multi-line) message, its control
+/// characters escaped (see [`one_line`](super::remote::one_line)).
+fn first_line(text: &str) -> String {
+    one_line(text.lines().next().unwrap_or(""))
 }
 
 #[cfg(test)]
@@ -277,6 +280,29 @@ mod tests {
             text.contains("pending retry: watch reload, 2 attempt(s), next at 1000 (unix ms)"),
             "{text}"
         );
+    }
+
+    /// A reason, name or reload error carrying terminal control sequences
+    /// is shown with them escaped. Before: written raw, so a reason could
+    /// set the terminal's clipboard (OSC 52) or rewrite the screen.
+    #[test]
+    fn control_characters_from_the_sidecar_are_escaped() {
+        let status = json!({
+            "generation": 1, "appId": "a\u{1b}[2J",
+            "components": [{"kind": "state", "name": "s\r", "type": "memory",
+                            "state": "not_ready",
+                            "reason": "down \u{1b}]52;c;aGk=\u{7} again"}],
+            "reloads": [{"generation": 1, "trigger": "api", "outcome": "rejected",
+                         "error": "bad \u{1b}[31mred"}]
+        });
+        let text = summary(&status);
+        assert!(!text.contains(['\u{1b}', '\u{7}', '\r']), "{text:?}");
+        assert!(
+            text.contains(r"not_ready: down \u{1b}]52;c;aGk=\u{7} again"),
+            "{text}"
+        );
+        assert!(text.contains(r"app id a\u{1b}[2J"), "{text}");
+        assert!(text.contains(r"state/s\r "), "{text}");
     }
 
     #[test]
