@@ -12,9 +12,14 @@ const CONFIG_STORE_FILE: &str = "config-store.json";
 /// The secret store's data file of the built-in default.
 const SECRETS_FILE: &str = "secrets.json";
 
+/// The prefix of the default home's folder in the system temp dir
+/// (`rewire-<user>`), the last fallback.
+const TEMP_HOME_PREFIX: &str = "rewire-";
+
 /// Where the default stores keep their files, per user: `$REWIRE_HOME`,
 /// else `$XDG_DATA_HOME/rewire`, else `$HOME/.local/share/rewire`, else a
-/// `rewire-<user>` folder in the system temp dir.
+/// `rewire-<user>` folder in the system temp dir (shared by every user:
+/// made private, see [`private_temp_home`]).
 pub fn default_home() -> PathBuf {
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     var("REWIRE_HOME")
@@ -24,7 +29,7 @@ pub fn default_home() -> PathBuf {
         .unwrap_or_else(|| {
             let user =
                 var("USER").map_or_else(|| "user".into(), |u| u.to_string_lossy().into_owned());
-            std::env::temp_dir().join(format!("rewire-{user}"))
+            std::env::temp_dir().join(format!("{TEMP_HOME_PREFIX}{user}"))
         })
 }
 
@@ -50,10 +55,88 @@ pub fn default_config(home: &Path, files: DataFiles) -> std::io::Result<Vec<u8>>
         ));
     }
     let (configuration, secrets) = match files {
-        DataFiles::Create => data_files(home, CONFIG_STORE_FILE)?,
+        DataFiles::Create => {
+            if in_temp_dir(home) {
+                private_temp_home(home)?;
+            }
+            data_files(home, CONFIG_STORE_FILE)?
+        }
         DataFiles::Name => (home.join(CONFIG_STORE_FILE), home.join(SECRETS_FILE)),
     };
     serde_json::to_vec_pretty(&document(&configuration, &secrets)).map_err(std::io::Error::other)
+}
+
+/// Whether `home` is a `rewire-…` folder right in the system temp dir,
+/// where any local user may have made it first.
+fn in_temp_dir(home: &Path) -> bool {
+    home.parent() == Some(std::env::temp_dir().as_path())
+        && home
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with(TEMP_HOME_PREFIX))
+}
+
+/// Makes `home`, a folder in the shared temp dir, private to this
+/// process's user: created `0700` when missing; refused, naming it, when
+/// it is not a folder (a symlink is not followed), belongs to another user
+/// or lets other users in (one who made it first could read the secrets
+/// file the default creates there, or plant one).
+fn private_temp_home(home: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        match std::fs::DirBuilder::new().mode(0o700).create(home) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(err),
+        }
+        let meta = std::fs::symlink_metadata(home)?;
+        let refused = if !meta.is_dir() {
+            Some("is not a folder (a symlink or a file); refused".to_string())
+        } else {
+            foreign(meta.uid(), meta.mode(), process_uid())
+        };
+        if let Some(reason) = refused {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "the folder {} in the shared temp dir {reason} (or set REWIRE_HOME to a \
+                     folder of your own)",
+                    home.display()
+                ),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = home;
+    Ok(())
+}
+
+/// Why a folder owned by `owner` with permissions `mode` is not private to
+/// the user `uid` (when known); `None` when it is.
+#[cfg_attr(not(unix), allow(dead_code))]
+fn foreign(owner: u32, mode: u32, uid: Option<u32>) -> Option<String> {
+    if let Some(uid) = uid.filter(|uid| *uid != owner) {
+        return Some(format!(
+            "belongs to uid {owner}, not to uid {uid} this process runs as; refused"
+        ));
+    }
+    if mode & 0o077 != 0 {
+        return Some(format!(
+            "lets other users in (mode {:o}); refused (chmod 700 it)",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// The user this process runs as (its effective uid, the owner of what it
+/// creates), read from `/proc/self` (Linux); `None` elsewhere, where only
+/// the folder's permissions are checked.
+#[cfg(unix)]
+fn process_uid() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").ok().map(|meta| meta.uid())
 }
 
 /// Writes the built-in default into `dir` as files to edit: `rewire.json`
@@ -118,4 +201,67 @@ fn document(configuration: &Path, secrets: &Path) -> serde_json::Value {
             "secret_store": { "secretstore": { "type": "local.file", "metadata": { "secretsFile": secrets } } }
         }
     })
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A fresh `rewire-…` folder name in the system temp dir (removed
+    /// when dropped).
+    struct TempHome(PathBuf);
+
+    impl TempHome {
+        fn new(tag: &str) -> Self {
+            let name = format!("{TEMP_HOME_PREFIX}test-{}-{tag}", std::process::id());
+            let path = std::env::temp_dir().join(name);
+            let _ = std::fs::remove_dir_all(&path);
+            Self(path)
+        }
+    }
+
+    impl Drop for TempHome {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// The default home in the shared temp dir is created `0700`, and one
+    /// that lets other users in is refused, naming it. Before: created
+    /// with the umask's mode (`0755`), and any folder there was used,
+    /// whoever made it.
+    #[test]
+    fn the_temp_dir_home_is_private_or_refused() {
+        let fresh = TempHome::new("fresh");
+        assert!(in_temp_dir(&fresh.0));
+        default_config(&fresh.0, DataFiles::Create).expect("created");
+        let mode = std::fs::metadata(&fresh.0).expect("made").mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+
+        let open = TempHome::new("open");
+        std::fs::create_dir(&open.0).expect("made");
+        std::fs::set_permissions(&open.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let refused = default_config(&open.0, DataFiles::Create).expect_err("refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains(&open.0.display().to_string()) && text.contains("mode 755"),
+            "{text}"
+        );
+        assert!(
+            !open.0.join(SECRETS_FILE).exists(),
+            "a secrets file was made there"
+        );
+    }
+
+    #[test]
+    fn a_folder_of_another_user_is_refused() {
+        let another = foreign(1001, 0o40700, Some(1000)).expect("refused");
+        assert!(
+            another.contains("uid 1001") && another.contains("uid 1000"),
+            "{another}"
+        );
+        assert_eq!(foreign(1000, 0o40700, Some(1000)), None);
+        assert!(foreign(1000, 0o40750, Some(1000)).is_some());
+    }
 }
