@@ -115,12 +115,13 @@ impl ApolloError {
         }
     }
 
-    /// Whether the server refused the request itself (HTTP 4xx other than
-    /// 401/403, which are [`Unauthorized`](Self::Unauthorized), and 404,
-    /// an answer): a request line too long, a parameter it cannot read.
-    /// The same request will be refused again; another one may not.
+    /// Whether the server refused the request itself for what it carries:
+    /// a parameter it cannot read (400), a request line or headers too
+    /// long (414, 431). The same request will be refused again; a shorter
+    /// one may not. A 408 or 429 (a gateway limiting the rate) is not: the
+    /// same request may pass later.
     pub(crate) fn is_refused_request(&self) -> bool {
-        matches!(self, Self::Status { status, .. } if (400..500).contains(status))
+        matches!(self, Self::Status { status, .. } if matches!(status, 400 | 414 | 431))
     }
 
     /// An error for a failed request `err` to `server` on `path`.
@@ -210,6 +211,25 @@ mod tests {
         };
         assert_eq!(status.to_string(), "s answered HTTP 500 on /p");
         assert!(status.is_retryable());
+    }
+
+    /// Only a request refused for what it carries drops the release
+    /// messages: a gateway's 408 or 429 keeps them (the notified fetch is
+    /// tried again as it was, not at once without them).
+    #[test]
+    fn only_a_request_refused_for_its_content_counts_as_refused() {
+        let answered = |status| ApolloError::Status {
+            server: "s".into(),
+            path: "/p".into(),
+            status,
+            body: String::new(),
+        };
+        for status in [400, 414, 431] {
+            assert!(answered(status).is_refused_request(), "{status}");
+        }
+        for status in [404, 408, 409, 429, 500, 503] {
+            assert!(!answered(status).is_refused_request(), "{status}");
+        }
     }
 
     #[test]
