@@ -129,10 +129,23 @@ impl Host {
     }
 
     /// Waits for Ctrl-C (or SIGTERM on Unix), then shuts down (see
-    /// [`Host::shutdown`]): components close users first.
+    /// [`Host::shutdown`]): components close users first. A second signal
+    /// during the shutdown (which may take a minute) is the user giving up
+    /// on it: this returns at once, saying so (the shutdown goes on in
+    /// its task while the tokio runtime lives).
     pub async fn run_until_stopped(self) {
-        stopped().await;
-        self.shutdown().await;
+        let mut stop = StopSignals::listen();
+        stop.wait().await;
+        tracing::info!("Stopping (a second signal stops waiting for the shutdown).");
+        tokio::select! {
+            _ = self.shutdown() => {}
+            () = stop.wait() => {
+                tracing::error!(
+                    "Shutdown cut short by a second signal: returning at once; components still \
+                     closing may not have released what they hold."
+                );
+            }
+        }
     }
 
     /// Stops following the file and closes every component, within 60 s
@@ -270,25 +283,66 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Resolves on Ctrl-C, or SIGTERM on Unix.
-async fn stopped() {
+/// Ctrl-C, and SIGTERM on Unix, listened for from [`listen`](Self::listen)
+/// on: a second signal is not missed between two waits.
+struct StopSignals {
+    /// SIGINT (`None`: not listened for; Ctrl-C is, each wait).
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    interrupt: Option<tokio::signal::unix::Signal>,
+    /// SIGTERM (`None`: it cannot be listened for).
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Listens from now on.
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Self {
+                interrupt: signal(SignalKind::interrupt()).ok(),
+                terminate: signal(SignalKind::terminate()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Self {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on the next stop signal.
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        {
+            let Self {
+                interrupt,
+                terminate,
+            } = self;
+            let interrupt = async {
+                match interrupt {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            };
+            let terminate = async {
+                match terminate {
+                    Some(signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = interrupt => {}
+                () = terminate => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

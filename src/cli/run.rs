@@ -158,7 +158,15 @@ async fn serve_until_stopped(
         Ok(server) => server,
         Err(err) => {
             eprintln!("error: {err}");
-            super::shutdown::shut_down_within(&runtime, CLOSE_BOUND).await;
+            // Closing what started may take up to CLOSE_BOUND: a signal
+            // is the user giving up on it, as during any shutdown.
+            let closing = super::shutdown::shut_down_within(&runtime, CLOSE_BOUND);
+            if let Err(signal) = unless_stopped(closing, stop.wait()).await {
+                tracing::error!(
+                    signal,
+                    "Clean-up cut short by a signal: exiting at once; components still closing may not have released what they hold."
+                );
+            }
             return ExitCode::FAILURE;
         }
     };
@@ -226,6 +234,18 @@ async fn shut_down(
     exit_code(served, abandoned)
 }
 
+/// `work`'s output, unless `stop` (a stop signal) resolves first: then the
+/// signal, `work` dropped (what it spawned goes on in the background).
+async fn unless_stopped<T>(
+    work: impl std::future::Future<Output = T>,
+    stop: impl std::future::Future<Output = &'static str>,
+) -> Result<T, &'static str> {
+    tokio::select! {
+        done = work => Ok(done),
+        signal = stop => Err(signal),
+    }
+}
+
 /// How the APIs' servers ended at shutdown.
 #[derive(Debug)]
 enum Served {
@@ -276,6 +296,17 @@ mod tests {
 
     /// APIs that did not stop within the serving bound are a failure, as
     /// abandoned closes are. Before: exit 0.
+    /// A signal during the clean-up after a failed bind cuts it short.
+    /// Before: the clean-up ignored signals until every close was done
+    /// (up to a minute).
+    #[tokio::test]
+    async fn a_signal_during_a_clean_up_cuts_it_short() {
+        let cut = unless_stopped(std::future::pending::<usize>(), async { "SIGTERM" }).await;
+        assert_eq!(cut, Err("SIGTERM"));
+        let done = unless_stopped(async { 0_usize }, std::future::pending()).await;
+        assert_eq!(done, Ok(0));
+    }
+
     #[test]
     fn apis_not_stopped_in_time_exit_non_zero() {
         assert_eq!(exit_code(Served::TimedOut, 0), ExitCode::FAILURE);

@@ -241,3 +241,88 @@ fn a_host_dropped_as_its_runtime_shuts_down_lets_it_end() {
         "the runtime did not end within 10 s of its shutdown"
     );
 }
+
+/// Set in the child process of the second-signal test.
+const SECOND_SIGNAL_CHILD: &str = "REWIRE_TEST_HOST_SECOND_SIGNAL_CHILD";
+
+/// Set once a [`HangsInClose`] close has started.
+static CLOSE_STARTED: AtomicBool = AtomicBool::new(false);
+
+/// A component whose close takes 20 s (cut at the close timeout).
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.hangs-in-close")]
+struct HangsInClose {}
+
+#[async_trait]
+impl Component for HangsInClose {
+    async fn close(&self) -> Result<(), ComponentError> {
+        CLOSE_STARTED.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        Ok(())
+    }
+}
+
+/// Sends SIGTERM to this process (with `kill`).
+fn terminate_self() {
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &std::process::id().to_string()])
+        .status();
+}
+
+/// A second SIGTERM while `Host::run_until_stopped` shuts down (a close
+/// hanging) makes it return at once, saying so, as `rewire run` does.
+/// Before: the second signal was ignored, and the shutdown waited out
+/// every close's bound. In a fresh process, which signals itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_signal_cuts_run_until_stopped_short() {
+    if !child::is_child(SECOND_SIGNAL_CHILD) {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args([
+                "--exact",
+                "host_library::a_second_signal_cuts_run_until_stopped_short",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(SECOND_SIGNAL_CHILD, "1")
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info");
+        let out = tokio::task::spawn_blocking(move || testkit::output(&mut command))
+            .await
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stderr.contains("Shutdown cut short by a second signal")
+                || stdout.contains("Shutdown cut short by a second signal"),
+            "the second signal was not heeded:\n{stdout}\n{stderr}"
+        );
+        return;
+    }
+    rewire::init_logging();
+    let (_dir, config) = config_file(
+        r#"{"components": {"probe": {"hangs": {"type": "test.host.hangs-in-close"}}}}"#,
+    );
+    let host = rewire::Host::start(&config).await.unwrap();
+    // SIGTERM is handled (not the default, ending the process) from here on.
+    let _handled =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+    let signaller = tokio::spawn(async {
+        // The first signal, until the shutdown it starts reaches the close
+        // (one sent before `run_until_stopped` listens is not seen by it).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !CLOSE_STARTED.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+            terminate_self();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        terminate_self();
+    });
+    host.run_until_stopped().await;
+    signaller.abort();
+}
