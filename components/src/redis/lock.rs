@@ -530,9 +530,12 @@ impl RedisLock {
                 if !theirs.same(&current) {
                     // With the grace of an in-place change it is still in:
                     // locks held where it was before count as well.
-                    let earlier = predecessor
-                        .previous()
-                        .filter(|earlier| !earlier.namespace.same(&current));
+                    // One in the namespace now in force is not consulted,
+                    // but those before it are.
+                    let earlier = match predecessor.previous() {
+                        Some(same) if same.namespace.same(&current) => same.earlier.clone(),
+                        other => other,
+                    };
                     found = Some(Previous::for_grace(theirs, earlier));
                     break;
                 }
@@ -711,9 +714,12 @@ impl InPlaceUpdate for RedisLock {
             // rebuilt store adopted) goes on with it: a lock another
             // sidecar holds two namespaces back still counts while that
             // grace lasts. Read once, before the store below replaces it.
-            let earlier = grace
-                .previous()
-                .filter(|earlier| !earlier.namespace.same(&new));
+            // Back to the namespace just left: that grace is not
+            // consulted, but those before it are.
+            let earlier = match grace.previous() {
+                Some(same) if same.namespace.same(&new) => same.earlier.clone(),
+                other => other,
+            };
             let consult = |session: Arc<Session>| {
                 let namespace = naming.namespace(session);
                 grace

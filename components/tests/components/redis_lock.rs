@@ -1100,6 +1100,33 @@ async fn two_quick_changes_still_honour_a_lock_held_two_namespaces_back() {
     assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(true));
 }
 
+/// Three quick changes that come back to the namespace one step earlier
+/// (first → second → third → second): a lock another sidecar holds on the
+/// first is still honoured. Before: going back dropped every older grace,
+/// and the lock was granted on the second to a second owner.
+#[tokio::test]
+async fn going_back_one_namespace_still_honours_a_lock_two_back() {
+    let first = RedisServer::start().await;
+    let second = RedisServer::start().await;
+    let third = RedisServer::start().await;
+    let other_sidecar = lock_store(json!({"redisHost": first.addr()})).await;
+    assert_eq!(
+        other_sidecar.try_lock(lock("r", "A", MINUTE)).await,
+        Ok(true)
+    );
+    let store = lock_store(json!({"redisHost": first.addr()})).await;
+    change(&store, json!({"redisHost": second.addr()})).await;
+    change(&store, json!({"redisHost": third.addr()})).await;
+    change(&store, json!({"redisHost": second.addr()})).await;
+
+    assert_eq!(store.try_lock(lock("r", "B", MINUTE)).await, Ok(false));
+    assert_eq!(owner_at(&second, "lock||test||r").await, None);
+    assert_eq!(
+        store.unlock(unlock("r", "A")).await,
+        Ok(UnlockStatus::Success)
+    );
+}
+
 /// A rebuilt store (second server) in the grace it adopted of its
 /// predecessor's namespace (first server), then changed in place to a
 /// third: a lock another sidecar holds on the first is still not granted.
