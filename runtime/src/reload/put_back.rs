@@ -47,7 +47,9 @@ impl Reloader {
             let kept = match self.running.restore(previous) {
                 Ok(()) => "its previous declaration stays in force; reload the change to try again"
                     .to_string(),
-                Err(why) => format!("its previous declaration could not be restored ({why})"),
+                Err(why) => format!(
+                    "its previous declaration could not be restored ({why}); reload the change to try again"
+                ),
             };
             let reverted = revert(&key, component, hook, metadata, &cx).await;
             if let (false, Some(new_values)) = (reverted, new_values) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{Components, Running, RunningLayers, RunningSet, WatchPlan};
 use crate::component::ComponentKey;
-use crate::config::{DependencyGraph, Layers, ValidConfig};
+use crate::config::{ComponentSpec, DependencyGraph, Layers, ValidConfig};
 use crate::handle::Instance;
 use crate::redact::HeldSecrets;
 
@@ -25,10 +25,11 @@ impl RunningSet {
     /// store's value moves on, or by the next reload (not back to back).
     ///
     /// Refused, with why, when the key no longer runs that instance or the
-    /// set is closed, when the previous declaration references a component
-    /// that no longer runs (a ref store the same reload removed: the
-    /// running configuration would name a store that is gone), or when its
-    /// references would now make a cycle.
+    /// set is closed. Refused too when the previous declaration references
+    /// a component that no longer runs (a ref store the same reload
+    /// removed: the running configuration would name a store that is
+    /// gone) or when its references would now make a cycle; then what is
+    /// recorded still matches what runs (see [`Self::keep_new_refs`]).
     pub(crate) fn restore(&self, previous: Arc<Running>) -> Result<(), String> {
         let key = previous.spec.key.clone();
         let mut state = self.state();
@@ -53,10 +54,12 @@ impl RunningSet {
             .map(|dependency| dependency.to_string())
             .collect();
         if !gone.is_empty() {
-            return Err(format!(
+            let why = format!(
                 "the previous references of {key} name what no longer runs: {}",
                 gone.join(", ")
-            ));
+            );
+            drop(state);
+            return Err(self.keep_new_refs(previous, why));
         }
         let same_refs = current.spec.component_refs == previous.spec.component_refs
             && current.spec.secret_refs == previous.spec.secret_refs
@@ -69,9 +72,9 @@ impl RunningSet {
         if !same_refs {
             let graph = DependencyGraph::build(&config.config);
             if !graph.cycles().is_empty() {
-                return Err(format!(
-                    "the previous references of {key} would make a cycle"
-                ));
+                let why = format!("the previous references of {key} would make a cycle");
+                drop(state);
+                return Err(self.keep_new_refs(previous, why));
             }
             config.graph = graph;
         }
@@ -83,13 +86,67 @@ impl RunningSet {
         components.insert(key.clone(), previous);
         state.config = Arc::new(config);
         state.components = Arc::new(components);
+        self.publish_plan_keeping_tried(&state, &key);
+        Ok(())
+    }
+
+    /// When the previous declaration cannot be put back (`why`): the
+    /// running entry keeps the committed declaration's references (what
+    /// still runs) with the previous metadata as declared, and the
+    /// previous assembled metadata (what the instance was given back, so
+    /// its old secret values stay held). What is recorded is what runs,
+    /// and the next reload of the same candidate sees the metadata differ
+    /// and applies the update again. Returns `why`, saying so.
+    fn keep_new_refs(&self, previous: Arc<Running>, why: String) -> String {
+        let key = previous.spec.key.clone();
+        let mut state = self.state();
+        let current = match state.components.get(&key) {
+            Some(current) if !state.closed => Arc::clone(current),
+            _ => return why,
+        };
+        if !current
+            .assembled
+            .instance
+            .same_as(&previous.assembled.instance)
+        {
+            return why;
+        }
+        let spec = ComponentSpec {
+            metadata: previous.spec.metadata.clone(),
+            ..ComponentSpec::clone(&current.spec)
+        };
+        let spec = Arc::new(spec);
+        let mut config = ValidConfig::clone(&state.config);
+        config
+            .config
+            .components
+            .insert(key.clone(), Arc::clone(&spec));
+        if let RunningLayers::FileOnly = state.layers {
+            let file = Layers::new(state.config.config.clone());
+            state.layers = RunningLayers::Laid(Arc::new(file));
+        }
+        let kept = Running {
+            spec,
+            assembled: previous.assembled.clone(),
+        };
+        let mut components = Components::clone(&state.components);
+        components.insert(key.clone(), Arc::new(kept));
+        state.config = Arc::new(config);
+        state.components = Arc::new(components);
+        self.publish_plan_keeping_tried(&state, &key);
+        format!(
+            "{why}; the running declaration of {key} is the new one, its metadata the previous (what runs)"
+        )
+    }
+
+    /// Publishes the watch plan of `state`, keeping the values the commit
+    /// tried for `key`'s refs: told the old value, the watch would ask for
+    /// the one that panicked again at once.
+    fn publish_plan_keeping_tried(&self, state: &super::State, key: &ComponentKey) {
         let number = self.generation_number();
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
-        // The watch's view of its values stays the commit's: told the old
-        // value, it would ask for the one that panicked again at once.
-        let plan = plan.keeping_tried(&key, &self.plan.borrow());
+        let plan = plan.keeping_tried(key, &self.plan.borrow());
         self.plan.send_replace(Arc::new(plan));
-        Ok(())
     }
 
     /// Makes the running entry of `key`, while it runs `instance`, hold

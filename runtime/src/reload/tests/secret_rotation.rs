@@ -81,7 +81,7 @@ impl Buildable for User {
 
 /// `secret_store` type `fixed` ([`Fixed`]), `custom` types `user`
 /// (rebuilt by a change) and `staging` (updated in place).
-fn registry() -> Registry {
+pub(super) fn registry() -> Registry {
     let mut registry = staging_registry();
     registry.register(ComponentDescriptor {
         kind: "secret_store",
@@ -214,7 +214,11 @@ async fn a_secret_rotated_by_updates_in_place_is_let_go_by_each_replaced_metadat
 }
 
 /// A reloader over `config` with `redactor`.
-async fn reloader_of(config: Config, registry: Registry, redactor: &Redactor) -> Arc<Reloader> {
+pub(super) async fn reloader_of(
+    config: Config,
+    registry: Registry,
+    redactor: &Redactor,
+) -> Arc<Reloader> {
     let valid = validate(config, &registry).unwrap_or_else(|p| panic!("{p}"));
     let timeouts = StartTimeouts::default();
     let running = RunningSet::start(valid, &registry, timeouts, redactor).await;
@@ -238,7 +242,7 @@ fn parsed(text: Value) -> Config {
 
 /// Past `redactor`'s grace (50 ms), another value remembered: what no
 /// guard holds is forgotten.
-async fn past_the_grace(redactor: &Redactor) {
+pub(super) async fn past_the_grace(redactor: &Redactor) {
     tokio::time::sleep(Duration::from_millis(120)).await;
     redactor.remember("another-value-to-remember");
 }

@@ -235,3 +235,73 @@ async fn the_failed_update_stays_declared_in_the_layers_so_the_next_reload_of_an
     assert_eq!(recorded_rev(&reloader).await, (2, 2));
     assert_eq!(served_rev(&reloader), 2);
 }
+
+/// The value `secret_store/vault` (`fixed`) serves in [`vault_config`].
+const VAULT_PASSWORD: &str = "pw-vault-7777";
+
+/// With `vault`: `custom/s` (`staging`) at rev 1, its `password` read from
+/// `secret_store/vault`. Without: no vault, `custom/s` at rev 2 with an
+/// inline password, its update panicking when applied.
+fn vault_config(vault: bool) -> Config {
+    let text = match vault {
+        true => serde_json::json!({"components": {
+            "secret_store": {"vault": {"type": "fixed", "metadata": {"value": VAULT_PASSWORD}}},
+            "custom": {"s": {"type": "staging", "metadata": {"rev": 1}, "secretRef": [
+                {"store": "vault", "name": "cert", "key": "cert", "injectAs": "password"}
+            ]}},
+        }}),
+        false => serde_json::json!({"components": {"custom": {"s": {"type": "staging",
+            "metadata": {"rev": 2, "password": "inline-pw-8888", "panicApply": true}}}}}),
+    };
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// The update panicked, and its previous declaration reads a store the
+/// same reload removed, so it cannot be put back: what is recorded is
+/// still what runs (the previous metadata, its secret value held), and the
+/// same candidate reloaded again applies the update (not "no change").
+#[tokio::test]
+async fn a_panicked_update_whose_previous_store_is_gone_records_what_runs_and_is_tried_again() {
+    use super::secret_rotation::{past_the_grace, registry, reloader_of};
+    let _default = tracing::subscriber::set_default(Capture::default());
+    let redactor = Redactor::forgetting_after(std::time::Duration::from_millis(50));
+    let reloader = reloader_of(vault_config(true), registry(), &redactor).await;
+
+    let request = ReloadRequest::new(vault_config(false), Trigger::Api);
+    let record = reload(&reloader, request).await;
+    let action = record.actions.get("custom/s");
+    assert_eq!(action, Some(&Action::Failed), "{:?}", record.actions);
+    let error = record.error.as_deref().unwrap_or_default();
+    assert!(error.contains("secret_store/vault"), "{error}");
+    assert!(
+        error.contains(
+            "the running declaration of custom/s is the new one, its metadata the previous"
+        ),
+        "{error}"
+    );
+    assert!(!error.contains(VAULT_PASSWORD), "{error}");
+    // Recorded as it runs: rev 1, with the vault's value.
+    assert_eq!(recorded_rev(&reloader).await, (1, 1));
+    assert_eq!(served_rev(&reloader), 1);
+    let key = crate::ComponentKey::new("custom", "s");
+    let snapshot = reloader.running().snapshot();
+    let running = snapshot.components.get(&key).expect("custom/s runs");
+    let resolved = &running.assembled.resolved;
+    let password = resolved.get("password").and_then(Value::as_str);
+    assert_eq!(password, Some(VAULT_PASSWORD));
+    drop(snapshot);
+    // The instance still uses the old value: it stays scrubbed.
+    past_the_grace(&redactor).await;
+    assert_eq!(redactor.scrub(VAULT_PASSWORD), "[redacted]");
+
+    // The same candidate again is a change, applied this time.
+    let request = ReloadRequest::new(vault_config(false), Trigger::Api);
+    let again = reload(&reloader, request).await;
+    assert_eq!(again.outcome, Outcome::Applied);
+    let action = again.actions.get("custom/s");
+    assert_eq!(action, Some(&Action::UpdatedInPlace), "{:?}", again.actions);
+    assert_eq!(again.error, None);
+    assert_eq!(recorded_rev(&reloader).await, (2, 2));
+    assert_eq!(served_rev(&reloader), 2);
+    reloader.shutdown(None).await;
+}
