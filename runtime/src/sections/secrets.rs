@@ -84,8 +84,11 @@ impl SecretScopes {
     /// Decodes the section's JSON; every problem names the section, the
     /// scope's index and the field.
     pub(crate) fn decode(value: &Value) -> Result<Self, Vec<Problem>> {
-        let Value::Object(map) = value else {
-            return Err(vec![problem("must be an object with `scopes`")]);
+        let map = match value {
+            // Left empty (Dapr's `secrets:` with nothing under it).
+            Value::Null => return Ok(Self::default()),
+            Value::Object(map) => map,
+            _ => return Err(vec![problem("must be an object with `scopes`")]),
         };
         let mut problems = Vec::new();
         let mut section = SecretScopes::default();
@@ -216,14 +219,19 @@ fn decode_scope(
         }
     };
     let default_access = match map.get("defaultAccess") {
+        // Dapr reads an empty one as `allow`.
         None | Some(Value::Null) => DefaultAccess::Allow,
+        Some(Value::String(text)) if text.is_empty() => DefaultAccess::Allow,
         // Dapr compares case-insensitively.
         Some(Value::String(text)) if text.eq_ignore_ascii_case("allow") => DefaultAccess::Allow,
         Some(Value::String(text)) if text.eq_ignore_ascii_case("deny") => DefaultAccess::Deny,
         Some(other) => {
             problems.push(field_problem(
                 "defaultAccess",
-                format!("expected `allow` or `deny`, got {other}"),
+                match other {
+                    Value::String(_) => "expected `allow` or `deny`, got another word".to_string(),
+                    other => format!("expected `allow` or `deny`, got {}", shape(other)),
+                },
             ));
             DefaultAccess::Allow
         }
@@ -362,7 +370,7 @@ mod tests {
         assert_eq!(
             found,
             [
-                "secrets: scopes[0].defaultAccess: expected `allow` or `deny`, got \"maybe\"",
+                "secrets: scopes[0].defaultAccess: expected `allow` or `deny`, got another word",
                 "secrets: scopes[2].storeName: `b` is given twice (storeName must be unique)",
                 "secrets: scopes[3].deniedSecrets: expected a list of secret names, got a string",
                 "secrets: scopes[4].storename: unknown field (expected `storeName`, `defaultAccess`, `allowedSecrets`, `deniedSecrets`)",

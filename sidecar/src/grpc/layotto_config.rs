@@ -321,6 +321,9 @@ async fn add(
     let store = call.config_store(&req.store_name)?;
     check_bounds(&req.store_name, &req.metadata, req.keys.len())?;
     check_scope(&req.group, &req.label, None)?;
+    // A malformed request is told so before a place is taken, even at the
+    // cap (`INVALID_ARGUMENT`, not a retryable `RESOURCE_EXHAUSTED`).
+    store.check_keys(&req.keys).map_err(Status::from)?;
     let counted = stream.count.take()?;
     let query = query_of(req.keys, &req.group, &req.label, req.metadata);
     let mut subscription = store.subscribe(query).await?;
