@@ -68,20 +68,15 @@ pub(super) fn ttl_arg(
     })
 }
 
-/// A request's `ttlInSeconds` metadata: a whole number of seconds, `-1`
-/// or more (`-1` and `0`: never expire), as Dapr's `ParseTTL` takes it.
+/// A request's `ttlInSeconds` metadata: a whole number of seconds, `0` or
+/// less never expiring, as Dapr's Redis store takes it (its own
+/// `parseTTL`, not the `ParseTTL` of other stores, which refuses below -1).
 fn requested_seconds(key: &str, text: &str) -> Result<i64, StateError> {
-    let seconds = text.parse::<i64>().map_err(|_| {
+    text.parse::<i64>().map_err(|_| {
         StateError::Invalid(format!(
             "metadata `{TTL_METADATA_KEY}` of key `{key}` is not a whole number of seconds: `{text}`"
         ))
-    })?;
-    if seconds < -1 {
-        return Err(StateError::Invalid(format!(
-            "metadata `{TTL_METADATA_KEY}` of key `{key}` must be -1 (never expire) or greater: `{text}`"
-        )));
-    }
-    Ok(seconds)
+    })
 }
 
 #[cfg(test)]
@@ -139,15 +134,9 @@ mod tests {
     /// Dapr's `ParseTTL` refuses it; -1 and 0 still mean never expire.
     /// Before: any negative value was taken as never expire.
     #[test]
-    fn a_requested_ttl_in_seconds_below_minus_one_is_refused() {
-        assert_eq!(ttl_arg("k", None, &meta("-1"), None), Ok(-1));
-        assert_eq!(ttl_arg("k", None, &meta("0"), None), Ok(-1));
-        for text in ["-2", &i64::MIN.to_string()] {
-            let err = ttl_arg("k", None, &meta(text), Some(7));
-            assert!(
-                matches!(&err, Err(StateError::Invalid(m)) if m.contains("`ttlInSeconds`") && m.contains("-1")),
-                "{text}: {err:?}"
-            );
+    fn a_requested_ttl_in_seconds_of_zero_or_less_never_expires_as_daprs_redis_store() {
+        for text in ["-1", "0", "-2", &i64::MIN.to_string()] {
+            assert_eq!(ttl_arg("k", None, &meta(text), Some(7)), Ok(-1), "{text}");
         }
     }
 

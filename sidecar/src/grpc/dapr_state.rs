@@ -167,8 +167,8 @@ fn consistency_of(options: Option<&StateOptions>) -> Consistency {
 }
 
 /// `ttlInSeconds` from the item's metadata: a positive number of seconds,
-/// or zero or Dapr's `-1` for "never expires", which overrides a store
-/// default; below -1 is refused, as Dapr does.
+/// or zero or less (Dapr's `-1`) for "never expires", which overrides a
+/// store default (as Dapr's Redis store takes it).
 fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Duration>, StateError> {
     let Some(text) = metadata
         .get(TTL_IN_SECONDS)
@@ -184,13 +184,6 @@ fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Durati
             rewire_runtime::echoed(text)
         ))
     })?;
-    if seconds < -1 {
-        // As Dapr's `ParseTTL`: -1 is "never expires", below it an error.
-        return Err(StateError::Invalid(format!(
-            "metadata `{TTL_IN_SECONDS}` of key `{}` must be -1 or greater: `{seconds}`",
-            rewire_runtime::echoed(key)
-        )));
-    }
     Ok(Some(Duration::from_secs(
         u64::try_from(seconds).unwrap_or(0),
     )))
@@ -209,8 +202,7 @@ mod tests {
         assert_eq!(ttl_of("k", &HashMap::new()), Ok(None));
         assert_eq!(ttl_of("k", &meta("5")), Ok(Some(Duration::from_secs(5))));
         assert_eq!(ttl_of("k", &meta("-1")), Ok(Some(Duration::ZERO)));
-        let err = ttl_of("k", &meta("-5")).expect_err("below -1");
-        assert!(err.to_string().contains("must be -1 or greater"), "{err}");
+        assert_eq!(ttl_of("k", &meta("-5")), Ok(Some(Duration::ZERO)));
         let err = ttl_of("k", &meta("soon")).expect_err("not a number");
         assert!(err.to_string().contains("ttlInSeconds"), "{err}");
     }
