@@ -132,7 +132,9 @@ impl Layers {
     }
 
     /// Lays `change` over these layers. A file that names no overlay drops
-    /// the overlay documents (see [`Self::changed`]). A push without
+    /// the overlay documents (see [`Self::changed`]), and overlay
+    /// documents laid over such a file are ignored (stale: read from the
+    /// overlay the previous file named). A push without
     /// `type` keeps the type in force now (read here, inside the
     /// serialised reload, so a concurrent type change is not undone);
     /// removing, releasing or amending a component the layers do not
@@ -153,6 +155,16 @@ impl Layers {
                 self.file = file;
             }
             LayerChange::Overlay(common, app) => {
+                if self.file.overlay.is_none() {
+                    // Read before a file that names no overlay replaced
+                    // the one naming it (queued behind it, or merged after
+                    // it in a burst): no watch is left to clear documents
+                    // laid now, so they are stale.
+                    tracing::info!(
+                        "Overlay documents ignored: the configuration file names no overlay now (read before it changed)."
+                    );
+                    return Ok(());
+                }
                 self.overlay = common;
                 self.overlay_app = app;
             }
@@ -470,6 +482,47 @@ mod tests {
         parse(text.as_bytes()).unwrap()
     }
 
+    /// A file declaring no component, naming an overlay.
+    const OVERLAID_EMPTY: &str =
+        r#"{"components": {}, "overlay": {"store": "cfg", "key": "rewire.components"}}"#;
+
+    /// `state/s` from the common overlay document, and the file `text`
+    /// after it names no overlay: what a watch read before the file changed
+    /// is not laid.
+    #[test]
+    fn overlay_documents_laid_over_a_file_that_names_no_overlay_are_ignored() {
+        let s = ComponentKey::new("state", "s");
+        let overlaid = |value: &str| {
+            let text = format!(
+                r#"{{"components": {{"state": {{"s": {{"type": "memory", "metadata": {{"d": "{value}"}}}}}}}}}}"#
+            );
+            LayerChange::Overlay(Some(patch(&text)), None)
+        };
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
+        layers.apply(overlaid("d1")).unwrap();
+        assert_eq!(layers.effective_config().components[&s].metadata["d"], "d1");
+
+        // The operator removes the overlay section while a read of D2
+        // (queued, or merged after the file in a burst) is on its way.
+        layers
+            .apply(LayerChange::File(file(r#"{"components": {}}"#)))
+            .unwrap();
+        assert_eq!(layers.overlay, None);
+        layers.apply(overlaid("d2")).unwrap();
+        assert_eq!(layers.overlay, None);
+        assert!(!layers.effective_config().components.contains_key(&s));
+        // The same through `changed`, as a reload lays its first change.
+        let changed = layers.changed(overlaid("d2")).unwrap();
+        assert_eq!(changed.overlay, None);
+
+        // Named again, the overlay's watch lays its documents.
+        layers
+            .apply(LayerChange::File(file(OVERLAID_EMPTY)))
+            .unwrap();
+        layers.apply(overlaid("d3")).unwrap();
+        assert_eq!(layers.effective_config().components[&s].metadata["d"], "d3");
+    }
+
     #[test]
     fn an_overlay_field_wins_over_the_files_ref_that_fills_it() {
         let s = ComponentKey::new("state", "orders");
@@ -514,7 +567,7 @@ mod tests {
     /// `state/redis`, which would be built from the overlay's fields alone.
     #[test]
     fn an_untyped_overlay_component_nothing_below_declares_is_skipped() {
-        let mut layers = Layers::new(file(r#"{"components": {}}"#));
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
         layers
             .apply(LayerChange::Overlay(
                 Some(patch(
@@ -690,7 +743,8 @@ mod tests {
     fn an_amendment_of_a_component_not_in_force_or_of_nothing_is_refused() {
         let s = ComponentKey::new("state", "s");
         let mut layers = Layers::new(file(
-            r#"{"components": {"state": {"s": {"type": "redis", "metadata": {"redisDB": 1}}}}}"#,
+            r#"{"components": {"state": {"s": {"type": "redis", "metadata": {"redisDB": 1}}}},
+                "overlay": {"store": "cfg", "key": "rewire.components"}}"#,
         ));
         let amend = |field: &str| {
             let mut patch = ComponentPatch::default();
