@@ -3,8 +3,8 @@
 //! recomputed from the layers on every change, with the layer each value
 //! came from.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -120,6 +120,39 @@ pub struct Layers {
     pub overlay_app: Option<ConfigPatch>,
     /// Control-plane pushes, by component.
     pub pushes: BTreeMap<ComponentKey, Push>,
+    /// The overlay components the last laying skipped (see
+    /// [`SkippedOverlay`]).
+    pub(crate) skipped: SkippedOverlay,
+}
+
+/// The untyped overlay components that nothing below declares, skipped by
+/// the last laying; shared by the copies of one runtime's layers, so each
+/// is warned about once, when it starts being skipped, not at every
+/// recompute. Not part of what the layers say: any two are equal.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SkippedOverlay(Arc<Mutex<BTreeSet<ComponentKey>>>);
+
+impl PartialEq for SkippedOverlay {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl SkippedOverlay {
+    /// Remembers `skipped` as the last laying's, warning about each key
+    /// the laying before did not skip; returns those.
+    fn remember(&self, skipped: BTreeSet<ComponentKey>) -> Vec<ComponentKey> {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let warned: Vec<ComponentKey> = skipped.difference(&last).cloned().collect();
+        for key in &warned {
+            tracing::warn!(
+                component = %key,
+                "Overlay component {key} skipped: nothing below declares it and neither overlay document gives its `type`; give `type` to add it."
+            );
+        }
+        *last = skipped;
+        warned
+    }
 }
 
 impl Layers {
@@ -231,6 +264,7 @@ impl Layers {
                 overlay: self.overlay.clone().filter(|_| overlaid),
                 overlay_app: self.overlay_app.clone().filter(|_| overlaid),
                 pushes: self.pushes.clone(),
+                skipped: self.skipped.clone(),
             });
         }
         let mut changed = self.clone();
@@ -272,18 +306,39 @@ impl Layers {
             sources,
             tracked,
             config: self.file.clone(),
+            skipped: BTreeSet::new(),
         };
-        for (layer, patch) in [
-            (Layer::Overlay, &self.overlay),
-            (Layer::OverlayApp, &self.overlay_app),
-        ] {
-            for (key, component) in patch.iter().flat_map(|p| p.components.iter()) {
-                effective.overlay(layer, key, component);
+        let app_documents = self.overlay_app.iter().flat_map(|p| &p.components);
+        let app_types: BTreeMap<&ComponentKey, &String> = app_documents
+            .filter_map(|(key, component)| Some((key, component.type_name.as_ref()?)))
+            .collect();
+        for (key, component) in self.overlay.iter().flat_map(|p| &p.components) {
+            // The two documents are one patch of the key: a type the app
+            // document gives adds the component with the common fields.
+            let typed_by_app = match (&component.type_name, app_types.get(key)) {
+                (None, Some(type_name)) if !effective.config.components.contains_key(key) => {
+                    Some((*type_name).clone())
+                }
+                _ => None,
+            };
+            match typed_by_app {
+                Some(type_name) => {
+                    let typed = ComponentPatch {
+                        type_name: Some(type_name),
+                        ..component.clone()
+                    };
+                    effective.overlay(Layer::Overlay, key, &typed);
+                }
+                None => effective.overlay(Layer::Overlay, key, component),
             }
+        }
+        for (key, component) in self.overlay_app.iter().flat_map(|p| &p.components) {
+            effective.overlay(Layer::OverlayApp, key, component);
         }
         for (key, push) in &self.pushes {
             effective.push(key, push);
         }
+        let _warned = self.skipped.remember(effective.skipped);
         (effective.config, effective.sources)
     }
 }
@@ -294,6 +349,9 @@ struct Effective {
     sources: BTreeMap<ComponentKey, ComponentSources>,
     /// Whether `sources` are worked out.
     tracked: bool,
+    /// The untyped overlay components skipped: nothing below declares
+    /// them.
+    skipped: BTreeSet<ComponentKey>,
 }
 
 impl Effective {
@@ -304,7 +362,7 @@ impl Effective {
     /// type: an amendment without one (of a component the file stopped
     /// declaring, say) is skipped, as a [`Push::Amend`] of it is, rather
     /// than adding the component from the amended fields alone, typed by
-    /// its name.
+    /// its name (and recorded in `skipped`).
     fn overlay(&mut self, layer: Layer, key: &ComponentKey, component: &ComponentPatch) {
         let added = match self.config.components.get_mut(key) {
             Some(spec) => {
@@ -313,7 +371,10 @@ impl Effective {
                 yield_to_pushed_fields(component, spec);
                 false
             }
-            None if component.type_name.is_none() => return,
+            None if component.type_name.is_none() => {
+                self.skipped.insert(key.clone());
+                return;
+            }
             None => {
                 let spec = component.clone().into_spec(key.clone());
                 self.config.components.insert(key.clone(), Arc::new(spec));
@@ -600,6 +661,55 @@ mod tests {
         assert!(!config
             .components
             .contains_key(&ComponentKey::new("state", "redis")));
+    }
+
+    /// The common document sets a field of `state/orders`, the app
+    /// document gives its type: one patch of the key, the component is
+    /// added with both documents' fields. Untyped in both, it is skipped,
+    /// warned about once, not at every recompute.
+    #[test]
+    fn a_type_the_app_document_gives_adds_the_component_with_the_common_fields() {
+        let orders = ComponentKey::new("state", "orders");
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
+        layers
+            .apply(LayerChange::Overlay(
+                Some(patch(
+                    r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
+                )),
+                Some(patch(
+                    r#"{"components": {"state": {"orders": {"type": "redis", "metadata": {"redisDB": "1"}}}}}"#,
+                )),
+            ))
+            .unwrap();
+        let (config, sources) = layers.effective();
+        let spec = &config.components[&orders];
+        assert_eq!(spec.type_name, "redis");
+        assert_eq!(
+            serde_json::Value::Object(spec.metadata.clone()),
+            json!({"redisHost": "dr:6379", "redisDB": "1"})
+        );
+        assert_eq!(sources[&orders].type_name, Some(Layer::OverlayApp));
+        assert_eq!(sources[&orders].metadata["redisHost"], Layer::Overlay);
+        assert_eq!(sources[&orders].metadata["redisDB"], Layer::OverlayApp);
+
+        // Untyped in both: skipped, and warned about when it starts being.
+        let untyped = r#"{"components": {"state": {"orders": {"metadata": {"redisDB": "1"}}}}}"#;
+        layers
+            .apply(LayerChange::Overlay(
+                Some(patch(
+                    r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
+                )),
+                Some(patch(untyped)),
+            ))
+            .unwrap();
+        assert!(!layers.effective_config().components.contains_key(&orders));
+        // Laid again (every reload does): not warned again.
+        let _ = layers.effective_config();
+        let skipped = BTreeSet::from([orders.clone()]);
+        assert_eq!(layers.skipped.remember(skipped.clone()), Vec::new());
+        // Added, then skipped again: warned again.
+        assert_eq!(layers.skipped.remember(BTreeSet::new()), Vec::new());
+        assert_eq!(layers.skipped.remember(skipped), vec![orders]);
     }
 
     #[test]
