@@ -8,6 +8,7 @@ mod config_file;
 mod config_sources;
 mod file_seen;
 mod overlay;
+mod poll_period;
 mod resubscribe;
 mod source_reads;
 mod store_calls;

@@ -268,7 +268,7 @@ async fn poll_overlay(
         tracing::warn!(store = %spec.store, error = %refused, "Cannot watch the overlay: its store is not running.");
         return;
     }
-    let period = super::watched_refs::secret_poll_period(cx.secret_poll_interval);
+    let period = super::poll_period::secret_poll_period(cx.secret_poll_interval);
     tracing::warn!(store = %spec.store, error = %refused, every = ?period, "The overlay store refused to subscribe; polling the overlay instead.");
     let mut ticks = tokio::time::interval(period);
     // After a read abandoned at its bound, the next one waits a period

@@ -20,6 +20,9 @@ mod polled_configuration;
 
 use self::polled_configuration::poll_configuration;
 use super::overlay::watch_overlay;
+use super::poll_period::secret_poll_period;
+#[cfg(test)]
+use super::poll_period::MIN_SECRET_POLL;
 use super::resubscribe::Resubscribe;
 use super::store_calls::store_call_bound;
 use super::TriggerContext;
@@ -190,16 +193,6 @@ fn force(cx: &TriggerContext, component: ComponentKey) {
         forced: BTreeSet::from([component]),
         ..ReloadRequest::of_changes(Trigger::WatchedRef, Vec::new())
     });
-}
-
-/// The shortest period watched secretRefs are polled at: a shorter
-/// [`RuntimeOptions::secret_poll_interval`](crate::RuntimeOptions) (zero
-/// included) is raised to it.
-pub(crate) const MIN_SECRET_POLL: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// The period secrets are polled at for the interval asked.
-pub(super) fn secret_poll_period(asked: std::time::Duration) -> std::time::Duration {
-    asked.max(MIN_SECRET_POLL)
 }
 
 /// The ticks of a watch that polls its store (a secretRef; a
