@@ -218,9 +218,7 @@ async fn a_push_whose_body_comes_late_is_still_answered_before_its_deadline() {
     let tcp = tokio::net::TcpStream::connect(sidecar.grpc_addr)
         .await
         .unwrap();
-    let (mut sender, connection) = h2::client::handshake(tcp)
-        .await
-        .expect("handshake");
+    let (mut sender, connection) = h2::client::handshake(tcp).await.expect("handshake");
     let driven = tokio::spawn(connection);
     let request = tonic::codegen::http::Request::post(format!(
         "http://{}/rewire.lifecycle.v1.Lifecycle/ApplyConfiguration",
