@@ -27,9 +27,8 @@
 //!    abandoned) while it is waited for;
 //! 4. a draining source is stopped once it has been silent for
 //!    [`DRAIN_GRACE`], once it made no progress for [`DRAIN_LIMIT`] (no
-//!    delivery of it read, no `Success` or `Drop` of one of its
-//!    deliveries; a message the subscriber refused, delivered again, is no
-//!    progress; the time the subscriber is behind not counted), or once it is still draining
+//!    delivery of it read, no outcome of one of its deliveries; the time
+//!    the subscriber is behind not counted), or once it is still draining
 //!    [`DRAIN_CAP`] after its replacement, however steadily it delivers;
 //!    it is let go once its broker closes its side, or [`STOP_GRACE`]
 //!    later. While it is draining, the runtime's close of the replaced
@@ -60,8 +59,8 @@ use tokio::time::Instant;
 use super::warm::WarmRequest;
 use super::{Instance, PubSubHandle};
 use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeRequest};
-use draining::DrainMark;
 pub(crate) use draining::{drained, undrained};
+use draining::DrainMark;
 use outstanding::Outstanding;
 use resubscribe::Resubscribe;
 pub use resubscribe::RESUBSCRIBE_DEADLINE;
@@ -73,8 +72,7 @@ pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
 /// awaits its outcome and its subscriber keeps up, before it is stopped.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(5);
 /// How long a replaced broker may make no progress (no delivery of it
-/// read, no `Success` or `Drop` of one of its deliveries; a message its
-/// subscriber refused, delivered again, is none; not counting the time its
+/// read, no outcome of one of its deliveries, not counting the time its
 /// subscriber is behind) before it is stopped, whether or not it has
 /// delivered since its drain began: also how long one is waited for that
 /// never delivers after its drain began, or whose deliveries never
@@ -219,15 +217,11 @@ struct Source {
 }
 
 impl Source {
-    /// A draining source delivered: its no-progress limit starts again
-    /// (unless it delivers again a message refused during the drain: a
-    /// message the app keeps refusing is no progress), and its grace
-    /// (within its cap), unless the delivery was sent before the drain was
-    /// asked.
-    fn drain_delivered(&mut self, now: Instant, id: &str) {
-        if !self.outstanding.refused(id) {
-            self.drain_moved(now);
-        }
+    /// A draining source delivered: its no-progress limit starts again,
+    /// and its grace (within its cap), unless the delivery was sent before
+    /// the drain was asked.
+    fn drain_delivered(&mut self, now: Instant) {
+        self.drain_moved(now);
         if self.sent_before_drain > 0 {
             self.sent_before_drain -= 1;
             return;
@@ -235,9 +229,8 @@ impl Source {
         self.drain_progressed(now);
     }
 
-    /// A draining source moved (a delivery of it read that is not of a
-    /// refused message, or an outcome that took one): its no-progress
-    /// limit starts again (within its cap).
+    /// A draining source moved (a delivery of it read, or an outcome of
+    /// one): its no-progress limit starts again (within its cap).
     fn drain_moved(&mut self, now: Instant) {
         if let (Some(cap), false) = (self.drain_until, self.stopped) {
             self.stall_at = Some((now + DRAIN_LIMIT).min(cap));
@@ -252,16 +245,12 @@ impl Source {
         }
     }
 
-    /// Sees to the outcomes of a draining source's deliveries that
-    /// arrived: when one settled, its grace starts again (once it
-    /// delivered since the drain began); when one took its message
-    /// (`Success`, `Drop`), its no-progress limit too (a `Retry` does
-    /// not: a refused message is no progress).
+    /// One of a draining source's deliveries settled: its no-progress
+    /// limit starts again, and its grace, once it delivered since the
+    /// drain began.
     fn drain_settled(&mut self, now: Instant) {
-        if self.outstanding.take_progressed() {
-            self.drain_moved(now);
-        }
-        if self.outstanding.take_settled() && self.stop_at.is_some() {
+        self.drain_moved(now);
+        if self.stop_at.is_some() {
             self.drain_progressed(now);
         }
     }
@@ -292,7 +281,9 @@ impl Source {
     /// grace is looked at, never a stale one running out.
     fn deadline_at(&mut self, behind: bool, now: Instant) -> Option<Instant> {
         let idle = self.outstanding.count() == 0;
-        self.drain_settled(now);
+        if self.outstanding.take_settled() {
+            self.drain_settled(now);
+        }
         self.deadline_when(behind, idle)
     }
 
@@ -419,7 +410,7 @@ impl Forwarder {
                 Event::Delivery(delivery, which) => {
                     pending_since = Instant::now();
                     if let Which::Draining(i) = which {
-                        self.draining[i].drain_delivered(pending_since, &delivery.message.id);
+                        self.draining[i].drain_delivered(pending_since);
                     }
                     pending = Some(match self.source(which) {
                         Some(source) => source.outstanding.watch(delivery),
@@ -467,7 +458,9 @@ impl Forwarder {
     fn drains_settled(&mut self) {
         let now = Instant::now();
         for source in &mut self.draining {
-            source.drain_settled(now);
+            if source.outstanding.take_settled() {
+                source.drain_settled(now);
+            }
         }
     }
 
