@@ -219,6 +219,19 @@ struct Drain {
     read_until: Instant,
 }
 
+/// How far the server's clock may run ahead of this process's for an end
+/// of the backlog by the clock ([`BacklogEnd::by_the_clock`]): 5 s.
+const CLOCK_SKEW_MS: u64 = 5_000;
+
+/// The wall clock, in milliseconds since the epoch (0 before it).
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
 /// An end of the backlog no entry reaches: only a read of new entries that
 /// finds none ends it.
 const PAST_EVERY_ID: (u64, u64) = (u64::MAX, u64::MAX);
@@ -242,8 +255,18 @@ impl BacklogEnd {
         match looked {
             Ok(Some(id)) => Self::At(id.clone()),
             Ok(None) => Self::Empty,
-            Err(_) => Self::Unknown,
+            Err(_) => Self::by_the_clock(wall_clock_ms()),
         }
+    }
+
+    /// The end by the clock when the stream's last id cannot be looked up:
+    /// an entry's id is the server's milliseconds when it was added, so
+    /// one made more than [`CLOCK_SKEW_MS`] after `now_ms` (the gate's
+    /// close) is past the backlog. Steady new traffic then ends the drain
+    /// as a looked-up end would; a server clock far ahead ends the backlog
+    /// early, and [`DRAIN_READ_LIMIT`] bounds what follows, as before.
+    fn by_the_clock(now_ms: u64) -> Self {
+        Self::At(format!("{}-0", now_ms.saturating_add(CLOCK_SKEW_MS)))
     }
 }
 
@@ -1071,7 +1094,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_server_refusing_the_last_id_look_up_leaves_the_backlog_end_unknown() {
+    async fn a_server_refusing_the_last_id_look_up_ends_the_backlog_by_the_clock() {
         let server = RedisServer::start().await;
         // An ACL written for Dapr, which never sends `XREVRANGE`.
         server
@@ -1080,9 +1103,39 @@ mod tests {
             .expect("ACL SETUSER");
         let mut conn = server.connection().await;
         let looked = stream_last_id(&mut conn, "orders").await;
-        assert_eq!(BacklogEnd::looked(&looked), BacklogEnd::Unknown);
+        let before = wall_clock_ms();
+        let BacklogEnd::At(end) = BacklogEnd::looked(&looked) else {
+            panic!("no end by the clock");
+        };
+        let end_ms = stream_id(&end).map_or(0, |(ms, _)| ms);
+        assert!(
+            (before + CLOCK_SKEW_MS..=wall_clock_ms() + CLOCK_SKEW_MS).contains(&end_ms),
+            "{end}"
+        );
         let err = looked.expect_err("XREVRANGE allowed");
         assert_eq!(err.code(), Some("NOPERM"), "{err}");
+    }
+
+    /// With the stream's last id unknown, steady new traffic (an entry
+    /// every 100 ms, its id the clock's, for 10 min) ends the backlog once
+    /// entries pass the clock's end: reading stops within twice the read
+    /// limit, not at the 30 min cap (the old broker took new traffic, and
+    /// with another `consumerID` delivered it twice, for 30 min).
+    #[tokio::test(start_paused = true)]
+    async fn steady_traffic_ends_a_backlog_whose_end_is_taken_by_the_clock() {
+        let began = Instant::now();
+        let gate_closed_ms = 1_700_000_000_000;
+        let mut drain = Drain::new(began, BacklogEnd::by_the_clock(gate_closed_ms));
+        for i in 0..6_000u64 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let id = format!("{}-0", gate_closed_ms + (i + 1) * 100);
+            drain.read_new(Some(&id), Instant::now());
+        }
+        assert!(
+            drain.read_until <= began + 2 * DRAIN_READ_LIMIT,
+            "reads until {:?} after the drain began",
+            drain.read_until - began
+        );
     }
 
     #[tokio::test]
