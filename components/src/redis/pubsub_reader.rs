@@ -206,12 +206,17 @@ struct Drain {
     /// delivered, or the drain began).
     quiet_since: Instant,
     /// The stream's last id as the publish gate closed: new entries up to
-    /// it are the backlog, read within [`DRAIN_CAP`] ([`PAST_EVERY_ID`]
-    /// when the look failed: the backlog ends at the first read of new
-    /// entries that finds none). `None` once an entry at or past it was
-    /// read, or a read of new entries found none (what is left went to
-    /// other consumers of the group), or when the stream was empty.
+    /// it are the backlog, read within [`DRAIN_CAP`] (by the clock when
+    /// the look failed, [`BacklogEnd::ByTheClock`]; [`PAST_EVERY_ID`] when
+    /// unknown: the backlog ends at the first read of new entries that
+    /// finds none). `None` once an entry at or past it was read, or a
+    /// read of new entries found none (what is left went to other
+    /// consumers of the group), or when the stream was empty.
     backlog_end: Option<(u64, u64)>,
+    /// Whether `backlog_end` was taken by the clock and no new entry has
+    /// been read yet: a first one already past it says the server's ids
+    /// run ahead of this clock, and the end is not trusted.
+    end_untried_clock: bool,
     /// When the drain began plus [`DRAIN_CAP`].
     cap_at: Instant,
     /// When reading stops, however steadily entries come: the cap while
@@ -244,8 +249,12 @@ enum BacklogEnd {
     /// The stream was empty: there is no backlog.
     Empty,
     /// The look failed (an ACL without `XREVRANGE`, a renamed command, a
-    /// failover): the backlog is read, within the cap, until a read of
-    /// new entries finds none, not cut at [`DRAIN_READ_LIMIT`].
+    /// failover): the end by the clock, in the server's milliseconds
+    /// ([`by_the_clock`](Self::by_the_clock)).
+    ByTheClock(u64),
+    /// Not known (the reader stopping): the backlog is read, within the
+    /// cap, until a read of new entries finds none, not cut at
+    /// [`DRAIN_READ_LIMIT`].
     Unknown,
 }
 
@@ -262,20 +271,24 @@ impl BacklogEnd {
     /// The end by the clock when the stream's last id cannot be looked up:
     /// an entry's id is the server's milliseconds when it was added, so
     /// one made more than [`CLOCK_SKEW_MS`] after `now_ms` (the gate's
-    /// close) is past the backlog. Steady new traffic then ends the drain
-    /// as a looked-up end would; a server clock far ahead ends the backlog
-    /// early, and [`DRAIN_READ_LIMIT`] bounds what follows, as before.
+    /// close) is past the backlog, and steady new traffic ends the drain
+    /// as a looked-up end would. When the first new entry read is already
+    /// past it (the server's clock ahead or stepped back, an explicit id
+    /// in the future), the clock is not trusted: the backlog is read until
+    /// a read finds none, within the cap, so none of it is cut.
     fn by_the_clock(now_ms: u64) -> Self {
-        Self::At(format!("{}-0", now_ms.saturating_add(CLOCK_SKEW_MS)))
+        Self::ByTheClock(now_ms.saturating_add(CLOCK_SKEW_MS))
     }
 }
 
 impl Drain {
     /// A drain beginning `now`, its backlog ending at `backlog_end`.
     fn new(now: Instant, backlog_end: BacklogEnd) -> Self {
+        let end_untried_clock = matches!(backlog_end, BacklogEnd::ByTheClock(_));
         let backlog_end = match backlog_end {
             // An id that does not parse names no end: read as unknown.
             BacklogEnd::At(id) => Some(stream_id(&id).unwrap_or(PAST_EVERY_ID)),
+            BacklogEnd::ByTheClock(ms) => Some((ms, 0)),
             BacklogEnd::Empty => None,
             BacklogEnd::Unknown => Some(PAST_EVERY_ID),
         };
@@ -284,6 +297,7 @@ impl Drain {
             pending_after: Some("0-0".into()),
             quiet_since: now,
             backlog_end,
+            end_untried_clock,
             cap_at,
             read_until: cap_at,
         };
@@ -302,6 +316,12 @@ impl Drain {
         };
         // An id that does not parse is taken as past the end.
         let reached = last.is_none_or(|id| stream_id(id).is_none_or(|id| id >= end));
+        let first_by_the_clock = std::mem::take(&mut self.end_untried_clock);
+        if reached && first_by_the_clock && last.is_some() {
+            // The server's ids run ahead of this clock: no end by it.
+            self.backlog_end = Some(PAST_EVERY_ID);
+            return;
+        }
         if reached {
             self.backlog_end = None;
             self.backlog_read(now);
@@ -541,9 +561,8 @@ impl Reader {
     }
 
     /// The stream's last id, looked at once the publish gate closed: the
-    /// end of the drain's backlog. When the look fails, it is
-    /// [`BacklogEnd::Unknown`] (read until a read finds nothing, within
-    /// the cap), not taken for an empty stream.
+    /// end of the drain's backlog. When the look fails, the end is taken
+    /// by the clock ([`BacklogEnd::ByTheClock`]), not for an empty stream.
     async fn backlog_end(&self) -> BacklogEnd {
         let mut reading = self.reading();
         let looked = tokio::select! {
@@ -553,7 +572,7 @@ impl Reader {
             () = self.connected.shutdown.cancelled() => return BacklogEnd::Unknown,
         };
         if let Err(err) = &looked {
-            warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(err), cap = ?DRAIN_CAP, "Looking up the stream's last entry for the drain failed; its backlog is read until a read finds nothing new, within the cap.");
+            warn!(component = %self.connected.label, topic = %self.topic, error = %self.describe(err), cap = ?DRAIN_CAP, "Looking up the stream's last entry for the drain failed; its backlog ends by the clock (entries added 5 s after the publish gate closed), or, if the server's ids run ahead of this clock, when a read finds nothing new; within the cap.");
         }
         BacklogEnd::looked(&looked)
     }
@@ -1104,13 +1123,12 @@ mod tests {
         let mut conn = server.connection().await;
         let looked = stream_last_id(&mut conn, "orders").await;
         let before = wall_clock_ms();
-        let BacklogEnd::At(end) = BacklogEnd::looked(&looked) else {
+        let BacklogEnd::ByTheClock(end_ms) = BacklogEnd::looked(&looked) else {
             panic!("no end by the clock");
         };
-        let end_ms = stream_id(&end).map_or(0, |(ms, _)| ms);
         assert!(
             (before + CLOCK_SKEW_MS..=wall_clock_ms() + CLOCK_SKEW_MS).contains(&end_ms),
-            "{end}"
+            "{end_ms}"
         );
         let err = looked.expect_err("XREVRANGE allowed");
         assert_eq!(err.code(), Some("NOPERM"), "{err}");
@@ -1136,6 +1154,25 @@ mod tests {
             "reads until {:?} after the drain began",
             drain.read_until - began
         );
+    }
+
+    /// An end by the clock while the server's ids run 10 s ahead of it:
+    /// the first entry read is already past it, so the clock is not
+    /// trusted and a 2,000-entry backlog (100 ms each, 200 s) is read
+    /// whole, not cut 120 s after its first entry.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_clock_ahead_does_not_cut_a_backlog_ended_by_the_clock() {
+        let began = Instant::now();
+        let gate_closed_ms = 1_700_000_000_000;
+        let mut drain = Drain::new(began, BacklogEnd::by_the_clock(gate_closed_ms));
+        for i in 0..2_000u64 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let id = format!("{}-{i}", gate_closed_ms + 10_000);
+            drain.read_new(Some(&id), Instant::now());
+            assert!(Instant::now() < drain.read_until, "cut at entry {i}");
+        }
+        drain.read_new(None, Instant::now());
+        assert!(drain.read_until <= Instant::now() + DRAIN_READ_LIMIT);
     }
 
     #[tokio::test]
