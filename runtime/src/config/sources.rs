@@ -157,20 +157,10 @@ impl ConfigSources {
             resiliency_resource(&mut config, resource, &mut problems);
         }
         if let Some((location, scopes)) = &manifests.secrets {
-            // A scope of a store this app does not load (scoped to other
-            // apps, or declared nowhere) guards nothing: skipped, as Dapr
-            // does, so one folder serves several apps.
-            let mut scopes = scopes.clone();
-            scopes.scopes.retain(|store, _| {
-                let key = ComponentKey::new(Kind::SecretStore, store.as_str());
-                let loaded = config.components.contains_key(&key);
-                if !loaded {
-                    tracing::info!(location = %location, store = %store, app_id = %config.app_id, "Dapr resource file note: a secret scope names no secret store loaded for this app; skipped.");
-                }
-                loaded
-            });
-            // One scope per store, whichever source gives it.
-            let twice = config.sections.secrets.merge(scopes, location);
+            // One scope per store, whichever source gives it. A scope of a
+            // store this app does not load stays (a store added later by a
+            // push or an overlay is held to it) and is no problem.
+            let twice = config.sections.secrets.merge(scopes.clone(), location);
             problems.0.extend(twice);
         }
         let default_store = ComponentKey::new(Kind::SecretStore, DEFAULT_SECRET_STORE);

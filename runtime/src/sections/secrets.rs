@@ -30,6 +30,11 @@ use crate::problem::Problem;
 pub struct SecretScopes {
     /// Each scope by its `storeName`.
     pub scopes: BTreeMap<String, SecretScope>,
+    /// The stores whose scope a Dapr `Configuration` gives: one of them
+    /// not loaded is no problem (Dapr ignores it, so a folder can serve
+    /// several apps), and its scope is kept for a store added later (a
+    /// push, an overlay).
+    from_dapr: BTreeSet<String>,
 }
 
 /// What a scope lets through when its lists do not decide.
@@ -126,6 +131,7 @@ impl SecretScopes {
     pub(crate) fn merge(&mut self, other: SecretScopes, location: &str) -> Vec<Problem> {
         let mut problems = Vec::new();
         for (store, scope) in other.scopes {
+            self.from_dapr.insert(store.clone());
             self.insert(store, scope, &mut problems, |store| {
                 format!("scopes: store `{store}` is scoped both in the configuration file and in a Dapr Configuration (scope it once)")
             });
@@ -163,7 +169,7 @@ impl SecretScopes {
             .collect();
         self.scopes
             .keys()
-            .filter(|store| !stores.contains(store.as_str()))
+            .filter(|store| !stores.contains(store.as_str()) && !self.from_dapr.contains(*store))
             .map(|store| {
                 problem(format!(
                     "scopes: storeName `{store}`: no secret store named `{store}` in the configuration"

@@ -67,7 +67,8 @@ fn bad_scopes_name_the_file_line_and_field() {
         found,
         ["c/config.yaml:8: secrets: scopes[0].defaultAccess: expected `allow` or `deny`, got another word"]
     );
-    // A store this app does not load: skipped (as Dapr), not refused.
+    // A store this app does not load: no problem (as Dapr), and the scope
+    // is kept for a store of that name added later.
     let ghost = CONFIGURATION.replace("storeName: files", "storeName: ghost");
     let valid = load_dir(
         "scopes-ghost",
@@ -75,7 +76,7 @@ fn bad_scopes_name_the_file_line_and_field() {
         "a",
     )
     .unwrap_or_else(|p| panic!("{p:?}"));
-    assert!(valid.config.sections.secrets.is_empty());
+    assert!(!valid.config.sections.secrets.allows("ghost", "other"));
 }
 
 #[test]
@@ -114,10 +115,11 @@ fn a_store_scoped_in_the_json_file_and_a_configuration_is_refused() {
 }
 
 /// One folder serving two apps: the secret store scoped to app `b`, and a
-/// Configuration scoping it. App `a` loads no such store, so its scope
-/// guards nothing and is skipped (as Dapr ignores it), not refused.
+/// Configuration scoping it. App `a` loads no such store: no problem (as
+/// Dapr), and the scope stays, so a store of that name added later (a
+/// push, an overlay) is held to it. A first version dropped it.
 #[test]
-fn a_scope_of_a_store_another_app_loads_is_skipped_not_refused() {
+fn a_scope_of_a_store_another_app_loads_is_kept_not_refused() {
     let only_b = format!("{SECRETS}scopes:\n- b\n");
     let valid = load_dir(
         "scopes-other-app",
@@ -125,7 +127,8 @@ fn a_scope_of_a_store_another_app_loads_is_skipped_not_refused() {
         "a",
     )
     .unwrap_or_else(|p| panic!("{p:?}"));
-    assert!(valid.config.sections.secrets.is_empty());
+    assert!(!valid.config.sections.secrets.allows("files", "other"));
+    assert!(valid.config.sections.secrets.allows("files", "redis"));
     let valid = load_dir(
         "scopes-this-app",
         &[("config.yaml", CONFIGURATION), ("secrets.yaml", &only_b)],
