@@ -540,9 +540,12 @@ impl RedisLock {
                     break;
                 }
             }
-            let inherited = predecessor
-                .previous()
-                .filter(|previous| !previous.namespace.same(&current));
+            // A grace in the namespace now in force is not consulted, but
+            // those before it are.
+            let inherited = match predecessor.previous() {
+                Some(same) if same.namespace.same(&current) => same.earlier.clone(),
+                other => other,
+            };
             if let Some(previous) = inherited {
                 found = Some(previous);
                 break;
