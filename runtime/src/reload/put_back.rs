@@ -4,7 +4,12 @@
 //! rebuilt there; it goes back to its previous metadata and declaration,
 //! as a reload's other panics in an in-place update revert it, and the
 //! record says its update failed. The layers still declare the change, so
-//! the same candidate reloaded again tries it again.
+//! the same candidate reloaded again tries it again; when the previous
+//! declaration cannot be put back, the running set marks the component
+//! instead, so the next reload tries it again even when the declarations
+//! compare equal (only a reference moved).
+
+use std::collections::BTreeSet;
 
 use super::actions::Action;
 use super::in_place::Unapplied;
@@ -12,6 +17,7 @@ use super::record::Ending;
 use super::transaction::revert;
 use super::Reloader;
 use crate::assemble::AssemblyContext;
+use crate::component::ComponentKey;
 
 /// What a commit left to put back, and the reload's context to do it in
 /// (its init timeout, cut short by shutdown as the reload is).
@@ -24,8 +30,15 @@ impl Reloader {
     /// Makes each unapplied component's previous entry the running set's
     /// again, re-applies its previous metadata on the instance (the
     /// update may have been half made), and marks it failed in `ending`,
-    /// with why.
-    pub(super) async fn put_back(&self, put_back: PutBack, ending: &mut Ending) {
+    /// with why. `not_as_declared`: the components whose running entry was
+    /// not what their declaration says before the reload (their previous
+    /// entry is put back marked so again).
+    pub(super) async fn put_back(
+        &self,
+        put_back: PutBack,
+        not_as_declared: &BTreeSet<ComponentKey>,
+        ending: &mut Ending,
+    ) {
         let PutBack { unapplied, cx } = put_back;
         let mut lines = Vec::new();
         for Unapplied {
@@ -44,7 +57,8 @@ impl Reloader {
             let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
             let instance = previous.assembled.instance.clone();
             // Recorded first: the revert may take up to the init timeout.
-            let kept = match self.running.restore(previous) {
+            let marked = not_as_declared.contains(&key);
+            let kept = match self.running.restore(previous, marked) {
                 Ok(()) => "its previous declaration stays in force; reload the change to try again"
                     .to_string(),
                 Err(why) => format!(

@@ -76,6 +76,9 @@ impl Reloader {
         };
         let (config, layers, diff) = candidate;
         let ended = Ended::by(&diff, &snapshot.config, &config, self.running.handover());
+        // Forced into this reload (see `prepare`); the commit clears their
+        // marks, which a put-back of one gives back.
+        let not_as_declared = snapshot.not_as_declared.clone();
         let prepared = match self.prepare(snapshot, &config, diff, &request).await {
             Ok(prepared) => prepared,
             Err((ending, error)) => {
@@ -104,7 +107,7 @@ impl Reloader {
         match committed {
             Ok((mut ending, put_back)) => {
                 if let Some(put_back) = put_back {
-                    self.put_back(put_back, &mut ending).await;
+                    self.put_back(put_back, &not_as_declared, &mut ending).await;
                 }
                 Ok(self.finish(recording, ending))
             }
@@ -169,7 +172,10 @@ impl Reloader {
     }
 
     /// Builds the new generation off to the side; on failure everything
-    /// built is undone and the ending to record is returned.
+    /// built is undone and the ending to record is returned. The
+    /// components whose running entry is not what their declaration says
+    /// are forced, as the request's are: re-resolved and updated again
+    /// although the diff sees no change in their declaration.
     async fn prepare(
         &self,
         snapshot: Snapshot,
@@ -194,12 +200,14 @@ impl Reloader {
         };
         let abandoned = Arc::clone(&cx.abandoned_closes);
         let generation = snapshot.generation;
+        let mut forced = snapshot.not_as_declared;
+        forced.extend(request.forced.iter().cloned());
         let plan = transaction::Plan {
             current: snapshot.components,
             old: snapshot.config,
             candidate,
             diff,
-            forced: request.forced.clone(),
+            forced,
         };
         let prepared = plan.prepare(&self.registry, &cx).await;
         if self.stopped.is_cancelled() {

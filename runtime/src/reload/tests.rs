@@ -20,6 +20,7 @@ use crate::registry::{Buildable, ComponentDescriptor, Inject};
 
 // Its staging component is shared with the runtime's tests (a watched ref
 // after a staged update panics).
+mod moved_ref_put_back;
 mod secret_rotation;
 pub(crate) mod staged_panic;
 

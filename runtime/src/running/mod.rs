@@ -49,6 +49,11 @@ pub(crate) struct Snapshot {
     pub(crate) layers: RunningLayers,
     /// What runs.
     pub(crate) components: Arc<Components>,
+    /// The components whose running entry is not what their declaration
+    /// says (see [`RunningSet::restore`]): a reload re-resolves them and
+    /// applies their update again, as if forced, although the
+    /// declaration did not change.
+    pub(crate) not_as_declared: BTreeSet<ComponentKey>,
 }
 
 /// What a reload hands over to become the running set.
@@ -71,6 +76,11 @@ struct State {
     config: Arc<ValidConfig>,
     layers: RunningLayers,
     components: Arc<Components>,
+    /// The one record of which running entries are not what their
+    /// declaration says: a put-back that kept the new references with the
+    /// previous values marks its component; a commit that acts on it (its
+    /// update, a rebuild, its removal) clears the mark.
+    not_as_declared: BTreeSet<ComponentKey>,
     /// Set by [`RunningSet::close_all`]: no commit after it (a reload a
     /// shutdown left behind would publish instances nobody closes).
     closed: bool,
@@ -121,6 +131,7 @@ impl RunningSet {
             layers: RunningLayers::FileOnly,
             config: Arc::new(config),
             components,
+            not_as_declared: BTreeSet::new(),
             closed: false,
         };
         let plan = watch::channel(Arc::new(WatchPlan::of(
@@ -165,6 +176,7 @@ impl RunningSet {
             config: state.config.clone(),
             layers: state.layers.clone(),
             components: state.components.clone(),
+            not_as_declared: state.not_as_declared.clone(),
         }
     }
 
@@ -196,7 +208,9 @@ impl RunningSet {
 
     /// Makes `commit` the running set: publishes its generation (when an
     /// instance changed) together with its configuration and layers, then
-    /// tells the triggers what to watch. Returns the generation serving;
+    /// tells the triggers what to watch. A component it acted on, or no
+    /// longer runs, is as declared from then on (its mark, if any, is
+    /// cleared: see [`Self::restore`]). Returns the generation serving;
     /// gives `commit` back, not made, once [`close_all`](Self::close_all)
     /// has run.
     pub(crate) fn commit(&self, commit: Commit) -> Result<u64, Box<Commit>> {
@@ -212,6 +226,10 @@ impl RunningSet {
             number += 1;
         }
         let components = commit.components;
+        let not_as_declared = std::mem::take(&mut state.not_as_declared)
+            .into_iter()
+            .filter(|key| !commit.acted_on.contains(key) && components.get(key).is_some())
+            .collect();
         if commit.publish || app_id_changed {
             self.live.publish_changed(
                 described(number, &commit.config, &components),
@@ -224,6 +242,7 @@ impl RunningSet {
                 config: Arc::new(commit.config),
                 layers: commit.layers,
                 components,
+                not_as_declared,
                 closed: false,
             },
         );

@@ -24,13 +24,23 @@ impl RunningSet {
     /// a watched value that panicked is asked for again only once the
     /// store's value moves on, or by the next reload (not back to back).
     ///
+    /// `previous_not_as_declared`: `previous` was itself not what its
+    /// declaration says before the reload (marked, see
+    /// [`Self::keep_new_refs`]); it is marked again with it, since the
+    /// commit that tried its update cleared the mark and the layers may
+    /// declare exactly what it declares.
+    ///
     /// Refused, with why, when the key no longer runs that instance or the
     /// set is closed. Refused too when the previous declaration references
     /// a component that no longer runs (a ref store the same reload
     /// removed: the running configuration would name a store that is
     /// gone) or when its references would now make a cycle; then what is
     /// recorded still matches what runs (see [`Self::keep_new_refs`]).
-    pub(crate) fn restore(&self, previous: Arc<Running>) -> Result<(), String> {
+    pub(crate) fn restore(
+        &self,
+        previous: Arc<Running>,
+        previous_not_as_declared: bool,
+    ) -> Result<(), String> {
         let key = previous.spec.key.clone();
         let mut state = self.state();
         if state.closed {
@@ -86,6 +96,9 @@ impl RunningSet {
         components.insert(key.clone(), previous);
         state.config = Arc::new(config);
         state.components = Arc::new(components);
+        if previous_not_as_declared {
+            state.not_as_declared.insert(key.clone());
+        }
         self.publish_plan_keeping_tried(&state, &key);
         Ok(())
     }
@@ -95,8 +108,12 @@ impl RunningSet {
     /// still runs) with the previous metadata as declared, and the
     /// previous assembled metadata (what the instance was given back, so
     /// its old secret values stay held). What is recorded is what runs,
-    /// and the next reload of the same candidate sees the metadata differ
-    /// and applies the update again. Returns `why`, saying so.
+    /// but not what its declaration says: the new references serve other
+    /// values than those it runs with, and when only a reference moved,
+    /// the declaration is the one the layers declare, so a diff sees no
+    /// change. The component is marked not as declared: the next reload
+    /// re-resolves it and applies the update again, whatever it changes,
+    /// and its commit clears the mark. Returns `why`, saying so.
     fn keep_new_refs(&self, previous: Arc<Running>, why: String) -> String {
         let key = previous.spec.key.clone();
         let mut state = self.state();
@@ -133,9 +150,10 @@ impl RunningSet {
         components.insert(key.clone(), Arc::new(kept));
         state.config = Arc::new(config);
         state.components = Arc::new(components);
+        state.not_as_declared.insert(key.clone());
         self.publish_plan_keeping_tried(&state, &key);
         format!(
-            "{why}; the running declaration of {key} is the new one, its metadata the previous (what runs)"
+            "{why}; the running declaration of {key} is the new one, its metadata the previous (what runs), and the next reload applies the update again"
         )
     }
 
@@ -311,12 +329,14 @@ mod tests {
         assert!(committed.is_ok(), "not committed");
 
         let refused = running
-            .restore(previous)
+            .restore(previous, false)
             .expect_err("restored a declaration reading a removed store");
         assert!(refused.contains("secret_store/vault"), "{refused}");
         assert!(refused.contains("custom/user"), "{refused}");
         let config = running.config();
         assert!(config.config.components[&user].secret_refs.is_empty());
+        let marked = running.snapshot().not_as_declared;
+        assert_eq!(marked, BTreeSet::from([user.clone()]));
         running.close_all(None).await;
         drop(retired);
     }

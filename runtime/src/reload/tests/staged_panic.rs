@@ -4,6 +4,7 @@
 //! tried again (not taken for no change).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex as StdMutex;
 
 use super::*;
 use crate::component::{PendingInPlace, StagedInPlace};
@@ -12,6 +13,8 @@ use crate::config::{ComponentPatch, LayerChange, Push};
 /// What a [`Staging`] runs with, shared with the updates it stages.
 struct Applied {
     rev: AtomicU64,
+    /// The `password` in force (a secret read through a ref, maybe).
+    password: StdMutex<Option<String>>,
     /// The next apply of a `panicApply` update panics (once).
     armed: AtomicBool,
 }
@@ -28,6 +31,23 @@ impl Staging {
     pub(crate) fn rev(&self) -> u64 {
         self.applied.rev.load(Ordering::SeqCst)
     }
+
+    /// What a request reads: the `password` in force.
+    pub(crate) fn password(&self) -> Option<String> {
+        self.applied.password().clone()
+    }
+}
+
+impl Applied {
+    fn password(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.password.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts `metadata`'s `rev` and `password` in force.
+    fn take(&self, metadata: &Metadata) {
+        self.rev.store(rev_of(metadata), Ordering::SeqCst);
+        *self.password() = password_of(metadata);
+    }
 }
 
 /// `field` of `metadata` as a number: declared as one, or injected from a
@@ -43,6 +63,10 @@ fn rev_of(metadata: &Metadata) -> u64 {
     number_of(metadata, "rev").unwrap_or_default()
 }
 
+fn password_of(metadata: &Metadata) -> Option<String> {
+    metadata.get("password")?.as_str().map(str::to_string)
+}
+
 #[async_trait]
 impl Component for Staging {
     fn as_in_place(&self) -> Option<&dyn InPlaceUpdate> {
@@ -53,17 +77,17 @@ impl Component for Staging {
 #[async_trait]
 impl InPlaceUpdate for Staging {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
-        self.applied.rev.store(rev_of(metadata), Ordering::SeqCst);
+        self.applied.take(metadata);
         Ok(InPlace::Applied)
     }
 
     async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
         let (rev, panics) = (rev_of(metadata), metadata.contains_key("panicApply"));
         let always = number_of(metadata, "panicAtRev") == Some(rev);
-        let applied = Arc::clone(&self.applied);
+        let (metadata, applied) = (metadata.clone(), Arc::clone(&self.applied));
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
             // Half made, then the panic.
-            applied.rev.store(rev, Ordering::SeqCst);
+            applied.take(&metadata);
             if always || (panics && applied.armed.swap(false, Ordering::SeqCst)) {
                 panic!("staged update {rev} exploded when applied");
             }
@@ -91,6 +115,7 @@ pub(crate) fn staging_registry() -> Registry {
         build: |m| {
             let applied = Applied {
                 rev: AtomicU64::new(rev_of(m)),
+                password: StdMutex::new(password_of(m)),
                 armed: AtomicBool::new(true),
             };
             let applied = Arc::new(applied);
@@ -138,7 +163,8 @@ async fn recorded_rev(reloader: &Reloader) -> (u64, u64) {
     (declared.unwrap_or_default(), shown.unwrap_or_default())
 }
 
-async fn reload(reloader: &Arc<Reloader>, request: ReloadRequest) -> ReloadRecord {
+/// Runs `request`, which must not fail as a whole.
+pub(super) async fn reload(reloader: &Arc<Reloader>, request: ReloadRequest) -> ReloadRecord {
     reloader
         .reload(request)
         .await
