@@ -207,6 +207,57 @@ async fn a_file_without_the_overlay_section_drops_the_overlay_documents() {
     runtime.shutdown().await;
 }
 
+/// The operator moves the overlay to another key: the new key's
+/// documents come into force, and a read of the old key landing after
+/// that file (queued behind it, or made by the old watch before the new
+/// one replaced it; here laid as such a read would be) changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_the_key_the_file_moved_the_overlay_from_is_not_laid() {
+    use rewire::config::{parse_patch, LayerChange, OverlaySpec};
+    let config = r#"{"appId": "shop", "components": {
+        "config_store": {"cfg": {"type": "memory", "metadata": {"items": {
+            "rewire.components": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 30}}}}},
+            "rewire.moved": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 40}}}}}
+        }}}},
+        "state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 10}}}
+    }, "overlay": {"store": "cfg", "key": "KEY"}}"#;
+    let runtime = support::start(&config.replace("KEY", "rewire.components"))
+        .await
+        .unwrap();
+    let ttl = |runtime: &rewire::Runtime| running_field(runtime, &s(), "defaultTtlInSeconds");
+    assert_eq!(ttl(&runtime), Some(json!(30)), "{:#?}", runtime.history());
+
+    let moved = rewire::config::parse(config.replace("KEY", "rewire.moved").as_bytes()).unwrap();
+    // The documents in force are kept until the new key's are read: the
+    // file alone changes no component.
+    let record = runtime.apply(moved).await.unwrap();
+    assert_eq!(record.outcome, Outcome::NoChange, "{record:#?}");
+    let moved_in_force = eventually(Duration::from_secs(30), || {
+        (ttl(&runtime) == Some(json!(40))).then_some(())
+    })
+    .await;
+    assert!(moved_in_force.is_some(), "{:#?}", runtime.history());
+
+    let late = parse_patch(
+        br#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 50}}}}}"#,
+    )
+    .unwrap();
+    let old = OverlaySpec {
+        store: "cfg".into(),
+        key: "rewire.components".into(),
+    };
+    let change = LayerChange::overlay_read(old, Some(late), None);
+    let request = rewire::ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
+    let record = runtime.reload(request).await.unwrap();
+    assert_eq!(record.outcome, Outcome::NoChange, "{record:#?}");
+    assert_eq!(
+        ttl(&runtime),
+        Some(json!(40)),
+        "the old key's read was laid"
+    );
+    runtime.shutdown().await;
+}
+
 /// How many reads [`HangingStore`] was asked for.
 static HANGING_GETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use super::model::{ComponentSpec, Config};
+use super::model::{ComponentSpec, Config, OverlaySpec};
 use super::patch::{ComponentPatch, ConfigPatch};
 use crate::component::ComponentKey;
 use crate::problem::Problem;
@@ -88,13 +88,40 @@ impl Push {
 pub enum LayerChange {
     /// A new base configuration.
     File(Config),
-    /// New overlay documents: the common key's, then the app-specific key's.
-    Overlay(Option<ConfigPatch>, Option<ConfigPatch>),
+    /// New overlay documents: the common key's, then the rest of the read
+    /// ([`OverlayRead`]: the app-specific key's document and the overlay
+    /// both were read from; see [`LayerChange::overlay_read`]). A read
+    /// from an overlay other than the one the file names is ignored (see
+    /// [`Layers::apply`]). Without the rest (`None`: no app-specific
+    /// document, and no word on where the read was made) the documents
+    /// are laid while the file names any overlay.
+    Overlay(Option<ConfigPatch>, Option<OverlayRead>),
     /// A control-plane decision about one component.
     Push(ComponentKey, Push),
     /// The control plane lets go of one component: the file and the
     /// overlay say again what it is.
     Release(ComponentKey),
+}
+
+/// The part of an overlay read that [`LayerChange::Overlay`] carries after
+/// the common key's document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverlayRead {
+    /// The overlay (store and common key) both documents were read from.
+    pub from: OverlaySpec,
+    /// The app-specific key's document (`None`: absent or empty).
+    pub app: Option<ConfigPatch>,
+}
+
+impl LayerChange {
+    /// The overlay documents `common` and `app` read from `from`.
+    pub fn overlay_read(
+        from: OverlaySpec,
+        common: Option<ConfigPatch>,
+        app: Option<ConfigPatch>,
+    ) -> Self {
+        Self::Overlay(common, Some(OverlayRead { from, app }))
+    }
 }
 
 /// Where each part of one component's effective declaration came from.
@@ -167,7 +194,9 @@ impl Layers {
     /// Lays `change` over these layers. A file that names no overlay drops
     /// the overlay documents (see [`Self::changed`]), and overlay
     /// documents laid over such a file are ignored (stale: read from the
-    /// overlay the previous file named). A push without
+    /// overlay the previous file named), as are documents read from an
+    /// overlay (store or key) other than the one the file names (read
+    /// before a file that moved the overlay). A push without
     /// `type` keeps the type in force now (read here, inside the
     /// serialised reload, so a concurrent type change is not undone);
     /// removing, releasing or amending a component the layers do not
@@ -187,14 +216,31 @@ impl Layers {
                 }
                 self.file = file;
             }
-            LayerChange::Overlay(common, app) => {
-                if self.file.overlay.is_none() {
+            LayerChange::Overlay(common, rest) => {
+                let Some(named) = &self.file.overlay else {
                     // Read before a file that names no overlay replaced
                     // the one naming it (queued behind it, or merged after
                     // it in a burst): no watch is left to clear documents
                     // laid now, so they are stale.
                     tracing::info!(
                         "Overlay documents ignored: the configuration file names no overlay now (read before it changed)."
+                    );
+                    return Ok(());
+                };
+                let (from, app) = match rest {
+                    Some(OverlayRead { from, app }) => (Some(from), app),
+                    None => (None, None),
+                };
+                if let Some(from) = from.filter(|from| from != named) {
+                    // Read before a file that moved the overlay (queued
+                    // behind it, or by the old watch before the new one
+                    // replaced it): the new overlay's watch sends its own.
+                    tracing::info!(
+                        read_store = %from.store,
+                        read_key = %from.key,
+                        store = %named.store,
+                        key = %named.key,
+                        "Overlay documents ignored: read from an overlay the configuration file no longer names (read before it moved the overlay to another store or key)."
                     );
                     return Ok(());
                 }
@@ -255,7 +301,8 @@ impl Layers {
     /// replaces the old one without copying it first. A file that names no
     /// overlay drops the overlay documents (no watch is left to clear
     /// them); one that names an overlay, even at another key or store,
-    /// keeps them until the watch of the overlay it names replaces them.
+    /// keeps them until the watch of the overlay it names replaces them
+    /// (a read from the overlay it no longer names is ignored meanwhile).
     pub fn changed(&self, change: LayerChange) -> Result<Self, Problem> {
         if let LayerChange::File(file) = change {
             let overlaid = file.overlay.is_some();
@@ -584,6 +631,81 @@ mod tests {
         assert_eq!(layers.effective_config().components[&s].metadata["d"], "d3");
     }
 
+    /// The overlay at `key` of store `cfg`.
+    fn cfg_overlay(key: &str) -> OverlaySpec {
+        OverlaySpec {
+            store: "cfg".into(),
+            key: key.into(),
+        }
+    }
+
+    /// The operator moves the overlay to another key, then to another
+    /// store: a read from the overlay the file named before (queued
+    /// behind the file, or made by the old watch before the new one
+    /// replaced it) is ignored, the documents in force kept until the
+    /// new overlay's watch replaces them; a read from the overlay the file
+    /// names is laid.
+    #[test]
+    fn overlay_documents_read_from_the_overlay_a_file_moved_away_from_are_ignored() {
+        let s = ComponentKey::new("state", "s");
+        let read = |from: OverlaySpec, value: &str| {
+            let text = format!(
+                r#"{{"components": {{"state": {{"s": {{"type": "memory", "metadata": {{"d": "{value}"}}}}}}}}}}"#
+            );
+            let app = format!(
+                r#"{{"components": {{"state": {{"s": {{"metadata": {{"app": "{value}"}}}}}}}}}}"#
+            );
+            LayerChange::overlay_read(from, Some(patch(&text)), Some(patch(&app)))
+        };
+        let in_force = |layers: &Layers| {
+            let config = layers.effective_config();
+            let metadata = &config.components[&s].metadata;
+            (metadata["d"].clone(), metadata["app"].clone())
+        };
+        let old = cfg_overlay("rewire.components");
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
+        layers.apply(read(old.clone(), "d1")).unwrap();
+        assert_eq!(in_force(&layers), (json!("d1"), json!("d1")));
+
+        // Moved to another key while a read of the old key's D2 is on
+        // its way: D1 stays in force, D2 is not laid.
+        let moved =
+            file(r#"{"components": {}, "overlay": {"store": "cfg", "key": "rewire.moved"}}"#);
+        layers.apply(LayerChange::File(moved)).unwrap();
+        assert_eq!(in_force(&layers), (json!("d1"), json!("d1")), "kept");
+        let before = layers.clone();
+        layers.apply(read(old.clone(), "d2")).unwrap();
+        assert_eq!(layers, before, "the old key's read is ignored");
+        // The same through `changed`, as a reload lays its first change.
+        assert_eq!(layers.changed(read(old.clone(), "d2")).unwrap(), before);
+        // An empty read of the old key does not drop the documents either.
+        layers
+            .apply(LayerChange::overlay_read(old.clone(), None, None))
+            .unwrap();
+        assert_eq!(layers, before);
+
+        // The new key's watch lays its documents.
+        let new_key = cfg_overlay("rewire.moved");
+        layers.apply(read(new_key.clone(), "d3")).unwrap();
+        assert_eq!(in_force(&layers), (json!("d3"), json!("d3")));
+
+        // Moved to another store, the same key: the old store's read is
+        // ignored, the new store's laid.
+        layers
+            .apply(LayerChange::File(file(
+                r#"{"components": {}, "overlay": {"store": "cfg2", "key": "rewire.moved"}}"#,
+            )))
+            .unwrap();
+        layers.apply(read(new_key, "d4")).unwrap();
+        assert_eq!(in_force(&layers), (json!("d3"), json!("d3")));
+        let new_store = OverlaySpec {
+            store: "cfg2".into(),
+            key: "rewire.moved".into(),
+        };
+        layers.apply(read(new_store, "d5")).unwrap();
+        assert_eq!(in_force(&layers), (json!("d5"), json!("d5")));
+    }
+
     #[test]
     fn an_overlay_field_wins_over_the_files_ref_that_fills_it() {
         let s = ComponentKey::new("state", "orders");
@@ -672,7 +794,8 @@ mod tests {
         let orders = ComponentKey::new("state", "orders");
         let mut layers = Layers::new(file(OVERLAID_EMPTY));
         layers
-            .apply(LayerChange::Overlay(
+            .apply(LayerChange::overlay_read(
+                cfg_overlay("rewire.components"),
                 Some(patch(
                     r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
                 )),
@@ -695,7 +818,8 @@ mod tests {
         // Untyped in both: skipped, and warned about when it starts being.
         let untyped = r#"{"components": {"state": {"orders": {"metadata": {"redisDB": "1"}}}}}"#;
         layers
-            .apply(LayerChange::Overlay(
+            .apply(LayerChange::overlay_read(
+                cfg_overlay("rewire.components"),
                 Some(patch(
                     r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
                 )),

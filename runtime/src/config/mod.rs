@@ -24,7 +24,7 @@ pub use crate::sections::{
 pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
-pub use layers::{ComponentSources, Layer, LayerChange, Layers, Push};
+pub use layers::{ComponentSources, Layer, LayerChange, Layers, OverlayRead, Push};
 pub use load::dapr_manifest::{MAX_MANIFEST_BYTES, MAX_MANIFEST_FILES};
 pub(crate) use load::{folder_of, parse_overlay, read_config_bytes};
 pub use load::{parse, parse_patch, MAX_CONFIG_BYTES};

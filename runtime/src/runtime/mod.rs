@@ -329,7 +329,8 @@ impl Runtime {
         match trigger::read_overlay(self.live_generation(), spec, app_id).await {
             Ok((None, None)) => {}
             Ok(documents) => {
-                let change = LayerChange::Overlay(documents.0.clone(), documents.1.clone());
+                let (common, app) = documents.clone();
+                let change = LayerChange::overlay_read(spec.clone(), common, app);
                 let request = ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
                 // Rejected: the watch does not send the same documents
                 // again (a rollback, which may pass next time, it does).

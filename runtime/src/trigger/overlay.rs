@@ -314,7 +314,7 @@ async fn overlay_changed(
             let differs = in_force != documents || cx.overlay_tried.other_sent(&documents);
             if differs && cx.overlay_tried.first_try(generation, &documents) {
                 let (common, app) = documents;
-                let change = LayerChange::Overlay(common, app);
+                let change = LayerChange::overlay_read(spec.clone(), common, app);
                 cx.request(ReloadRequest::of_changes(Trigger::Overlay, vec![change]));
             }
         }
@@ -340,7 +340,7 @@ mod tests {
     use super::super::store_calls::MIN_STORE_CALL;
     use super::*;
     use crate::component::Component;
-    use crate::config::parse_patch;
+    use crate::config::{parse_patch, OverlayRead};
     use crate::handle::{Generation, Instance, Live};
     use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
     use crate::reload::queue::{QueueReceiver, Queued};
@@ -410,13 +410,22 @@ mod tests {
         format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#)
     }
 
-    /// The overlay documents of the next reload queued (within a minute).
+    /// The overlay documents of the next reload queued (within a minute),
+    /// read from the overlay at `rewire.components` of `cfg` (as
+    /// [`overlay_of`] names it).
     async fn next_sent(queued: &mut QueueReceiver) -> OverlayDocuments {
         let next = tokio::time::timeout(Duration::from_secs(60), queued.recv()).await;
         match next {
             Ok(Some(Queued::Reload(request))) => match request.changes.as_slice() {
-                [LayerChange::Overlay(common, app)] => (common.clone(), app.clone()),
-                other => panic!("not an overlay change: {other:?}"),
+                [LayerChange::Overlay(common, Some(OverlayRead { from, app }))] => {
+                    assert_eq!(
+                        (from.store.as_str(), from.key.as_str()),
+                        ("cfg", "rewire.components"),
+                        "the overlay read from"
+                    );
+                    (common.clone(), app.clone())
+                }
+                other => panic!("not an overlay change naming its overlay: {other:?}"),
             },
             other => panic!("no overlay reload queued: {other:?}"),
         }
