@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::routed::AppTarget;
 use super::AppChannel;
-use crate::grpc::open_subscriptions::OpenSubscriptions;
+use crate::grpc::open_subscriptions::{Booking, OpenSubscriptions, Started};
 use crate::grpc::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use crate::grpc::subscription_forward::Forward;
 use crate::grpc::subscription_queue::{queue, QueuedBytes};
@@ -144,16 +144,14 @@ impl ConfigUpdates {
         let Some((client, channel)) = self.inner.app.clone() else {
             return Err(OpenError::NoAppChannel);
         };
-        let (id, cancel) = self
+        let booking = self
             .inner
             .open
             .add(store, None)
             .map_err(|full| OpenError::TooMany(full.0))?;
         Ok(BookedUpdates {
             updates: self.clone(),
-            id: Some(id),
-            cancel,
-            store: store.to_string(),
+            booking,
             client,
             channel,
         })
@@ -177,26 +175,26 @@ impl ConfigUpdates {
 }
 
 /// A place booked among the open subscriptions, given back when dropped
-/// unless its subscription was started.
+/// unless its subscription was started (the [`Booking`] gives it back).
 pub struct BookedUpdates {
     updates: ConfigUpdates,
-    /// The subscription's id; taken when started.
-    id: Option<String>,
-    cancel: CancellationToken,
-    store: String,
+    booking: Booking,
     client: reqwest::Client,
     channel: AppChannel,
 }
 
 impl BookedUpdates {
     /// Posts the changes of `subscription` to the app until it ends, in
-    /// the place booked; its id.
-    pub fn start(mut self, subscription: ConfigSubscription) -> String {
-        let id = self.id.take().unwrap_or_default();
-        let store = std::mem::take(&mut self.store);
-        let cancel = self.cancel.clone();
-        let (client, channel) = (self.client.clone(), self.channel.clone());
-        let updates = self.updates.clone();
+    /// the place booked (given back when it ends); its id.
+    pub fn start(self, subscription: ConfigSubscription) -> String {
+        let Started {
+            id,
+            store,
+            cancel,
+            place,
+        } = self.booking.started();
+        let (client, channel) = (self.client, self.channel);
+        let updates = self.updates;
         let label = format!("subscription `{id}`");
         let (sender, mut stream) = queue::<SubscribeConfigurationResponse>(
             label,
@@ -216,7 +214,6 @@ impl BookedUpdates {
             store: store.clone(),
             id: id.clone(),
         };
-        let task_id = id.clone();
         tokio::spawn(async move {
             let posting = async move {
                 loop {
@@ -245,17 +242,9 @@ impl BookedUpdates {
             if dropped {
                 updates.inner.metrics.subscriber_dropped();
             }
-            updates.inner.open.forget(&task_id);
+            drop(place);
         });
         id
-    }
-}
-
-impl Drop for BookedUpdates {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.updates.inner.open.forget(&id);
-        }
     }
 }
 

@@ -3,12 +3,17 @@
 //! posted to the app (`app::config_updates`): each subscription has an id
 //! no caller can predict, the store it is on, the connection that opened it
 //! (when the protocol has one) and the token that ends it.
+//!
+//! A place is booked before the subscription is started ([`Booking`]) and
+//! held by one owner from then on: the booking, given back when dropped
+//! unstarted, then the started subscription's [`Place`], given back when
+//! its task ends.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +41,7 @@ pub(crate) struct Full(pub(crate) usize);
 pub(crate) struct OpenSubscriptions {
     next: AtomicU64,
     ids: std::collections::hash_map::RandomState,
-    open: Mutex<HashMap<String, Open>>,
+    open: Arc<Mutex<HashMap<String, Open>>>,
     shutdown: CancellationToken,
     max: usize,
 }
@@ -54,7 +59,7 @@ impl OpenSubscriptions {
         Self {
             next: AtomicU64::new(0),
             ids: std::collections::hash_map::RandomState::new(),
-            open: Mutex::new(HashMap::new()),
+            open: Arc::new(Mutex::new(HashMap::new())),
             shutdown,
             max,
         }
@@ -62,12 +67,9 @@ impl OpenSubscriptions {
 
     /// Books a new subscription on `store` for `owner` (only that caller
     /// may close it): its id (`{store}-` and 128 unpredictable bits) and
-    /// the token cancelled when it is closed or the server shuts down.
-    pub(crate) fn add(
-        &self,
-        store: &str,
-        owner: Option<SocketAddr>,
-    ) -> Result<(String, CancellationToken), Full> {
+    /// the token cancelled when it is closed or the server shuts down. The
+    /// place is given back when the booking is dropped unstarted.
+    pub(crate) fn add(&self, store: &str, owner: Option<SocketAddr>) -> Result<Booking, Full> {
         let id = format!("{store}-{}", self.unguessable());
         let cancel = self.shutdown.child_token();
         let mut open = self.lock();
@@ -80,7 +82,14 @@ impl OpenSubscriptions {
             cancel: cancel.clone(),
         };
         open.insert(id.clone(), entry);
-        Ok((id, cancel))
+        Ok(Booking {
+            place: Place {
+                open: Arc::clone(&self.open),
+                id,
+            },
+            store: store.to_string(),
+            cancel,
+        })
     }
 
     /// Ends subscription `id` for `caller`; when `store` is not empty it
@@ -110,11 +119,6 @@ impl OpenSubscriptions {
         Ok(())
     }
 
-    /// Forgets subscription `id` (it has ended).
-    pub(crate) fn forget(&self, id: &str) {
-        self.lock().remove(id);
-    }
-
     /// How many are open.
     pub(crate) fn len(&self) -> usize {
         self.lock().len()
@@ -134,7 +138,62 @@ impl OpenSubscriptions {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Open>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.open)
+    }
+}
+
+/// The open subscriptions, even if a holder of the lock panicked.
+fn lock(open: &Mutex<HashMap<String, Open>>) -> MutexGuard<'_, HashMap<String, Open>> {
+    open.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A place booked for a subscription not started yet: given back when
+/// dropped, unless [`started`](Self::started) (its [`Place`] then goes
+/// with the subscription).
+#[must_use = "a booking dropped gives its place back"]
+pub(crate) struct Booking {
+    place: Place,
+    store: String,
+    cancel: CancellationToken,
+}
+
+impl Booking {
+    /// Starts the subscription in this place: its id, store and token, and
+    /// the place, which its task holds until it ends.
+    pub(crate) fn started(self) -> Started {
+        Started {
+            id: self.place.id.clone(),
+            store: self.store,
+            cancel: self.cancel,
+            place: self.place,
+        }
+    }
+}
+
+/// A subscription started in a booked place.
+pub(crate) struct Started {
+    /// Its id.
+    pub(crate) id: String,
+    /// The store it is on.
+    pub(crate) store: String,
+    /// Cancelled when it is closed or the server shuts down.
+    pub(crate) cancel: CancellationToken,
+    /// Its place, given back when dropped: hold it until it ends.
+    pub(crate) place: Place,
+}
+
+/// A subscription's place among the open ones: given back (the id
+/// forgotten) when dropped. Closing the subscription removes it too; the
+/// give-back then finds nothing left.
+#[must_use = "a place dropped is given back"]
+pub(crate) struct Place {
+    open: Arc<Mutex<HashMap<String, Open>>>,
+    id: String,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        lock(&self.open).remove(&self.id);
     }
 }
 
@@ -147,9 +206,14 @@ mod tests {
         let book = OpenSubscriptions::new(CancellationToken::new(), 2);
         let owner: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
         let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
-        let (one, one_cancel) = book.add("config", Some(owner)).expect("first");
-        let (two, _) = book.add("config", Some(owner)).expect("second");
-        assert_ne!(one, two);
+        let Started {
+            id: one,
+            cancel: one_cancel,
+            place: _one,
+            ..
+        } = book.add("config", Some(owner)).expect("first").started();
+        let two = book.add("config", Some(owner)).expect("second").started();
+        assert_ne!(one, two.id);
         assert!(one.len() >= "config-".len() + 32, "{one}");
         assert_eq!(book.add("config", None).err(), Some(Full(2)));
         assert_eq!(
@@ -167,7 +231,7 @@ mod tests {
         assert_eq!(book.close("", &one, Some(owner)), Ok(()));
         assert!(one_cancel.is_cancelled());
         assert_eq!(book.len(), 1);
-        book.forget(&two);
+        drop(two);
         assert_eq!(book.len(), 0);
     }
 
@@ -175,8 +239,25 @@ mod tests {
     fn shutdown_cancels_every_subscription() {
         let shutdown = CancellationToken::new();
         let book = OpenSubscriptions::new(shutdown.clone(), 8);
-        let (_, cancel) = book.add("config", None).expect("add");
+        let booking = book.add("config", None).expect("add");
         shutdown.cancel();
-        assert!(cancel.is_cancelled());
+        assert!(booking.started().cancel.is_cancelled());
+    }
+
+    /// A booking dropped unstarted gives its place back (a subscribe the
+    /// store refused); a started one keeps it until its place is dropped
+    /// (the subscription's task ended).
+    #[test]
+    fn a_booking_dropped_unstarted_gives_its_place_back_and_a_started_one_keeps_it() {
+        let book = OpenSubscriptions::new(CancellationToken::new(), 1);
+        let booking = book.add("config", None).expect("room");
+        assert_eq!(book.add("config", None).err(), Some(Full(1)));
+        drop(booking);
+        assert_eq!(book.len(), 0, "given back");
+        let started = book.add("config", None).expect("room again").started();
+        assert_eq!(book.add("config", None).err(), Some(Full(1)), "kept");
+        assert_eq!(book.len(), 1);
+        drop(started.place);
+        assert_eq!(book.len(), 0, "given back once ended");
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use super::open_subscriptions::OpenSubscriptions;
+use super::open_subscriptions::{Booking, OpenSubscriptions, Started};
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
 use super::subscription_forward::Forward;
 use super::subscription_queue::{queue, QueuedBytes};
@@ -75,7 +75,7 @@ impl Subscriptions {
     /// the cap costs no store read or watch); given back unless started.
     /// Refused when as many as allowed are open.
     pub(super) fn book(&self, store: &str, owner: Option<SocketAddr>) -> Result<Booked, Status> {
-        let (id, cancel) = self.inner.open.add(store, owner).map_err(|full| {
+        let booking = self.inner.open.add(store, owner).map_err(|full| {
             Status::resource_exhausted(format!(
                 "{} configuration subscriptions are open over gRPC, the most allowed; unsubscribe one first",
                 full.0
@@ -83,9 +83,7 @@ impl Subscriptions {
         })?;
         Ok(Booked {
             subscriptions: self.clone(),
-            id: Some(id),
-            cancel,
-            store: store.to_string(),
+            booking,
         })
     }
 
@@ -126,21 +124,23 @@ impl Subscriptions {
 }
 
 /// A place booked among the open subscriptions, given back when dropped
-/// unless its subscription was started.
+/// unless its subscription was started (the [`Booking`] gives it back).
 pub(super) struct Booked {
     subscriptions: Subscriptions,
-    /// The subscription's id; taken when started.
-    id: Option<String>,
-    cancel: CancellationToken,
-    store: String,
+    booking: Booking,
 }
 
 impl Booked {
     /// Starts a stream for `subscription` in the place booked: its first
     /// message carries only the subscription id, then one message per
-    /// change.
-    pub(super) fn start(mut self, subscription: ConfigSubscription) -> SubscriptionStream {
-        let id = self.id.take().unwrap_or_default();
+    /// change. The place is given back when the stream's task ends.
+    pub(super) fn start(self, subscription: ConfigSubscription) -> SubscriptionStream {
+        let Started {
+            id,
+            store,
+            cancel,
+            place,
+        } = self.booking.started();
         let inner = &self.subscriptions.inner;
         let label = format!("subscription `{id}`");
         let (sender, stream) = queue(label, inner.limit, inner.total.clone());
@@ -152,28 +152,20 @@ impl Booked {
         // made in the total if need be).
         let _ = sender.try_send(Ok(first), id.len());
         let forward = Forward {
-            id: id.clone(),
-            store: std::mem::take(&mut self.store),
+            id,
+            store,
             subscription,
             sender,
-            cancel: self.cancel.clone(),
+            cancel,
         };
-        let subscriptions = self.subscriptions.clone();
+        let subscriptions = self.subscriptions;
         tokio::spawn(async move {
             if forward.run().await {
                 subscriptions.inner.metrics.subscriber_dropped();
             }
-            subscriptions.inner.open.forget(&id);
+            drop(place);
         });
         stream
-    }
-}
-
-impl Drop for Booked {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            self.subscriptions.inner.open.forget(&id);
-        }
     }
 }
 
