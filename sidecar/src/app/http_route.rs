@@ -32,23 +32,37 @@ use app_response::AppResponseScanner;
 /// there (see [`let_go`]); an answer longer still is let go unread.
 pub(super) const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
-/// The body of the app's `answer`, read to at most `limit` bytes: `None`
-/// when it is larger (read no further; the connection is let go). A body
-/// that fails midway is read as empty, as before any limit.
-pub(super) async fn answer_body(mut answer: reqwest::Response, limit: usize) -> Option<Vec<u8>> {
+/// Why the body of an app's answer was not taken ([`answer_body`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum BodyNotRead {
+    /// Larger than the limit: read no further (the connection is let go).
+    TooLarge,
+    /// It failed midway (a reset, a timeout): why, for the log.
+    Failed(String),
+}
+
+/// The body of the app's `answer`, read to at most `limit` bytes. A body
+/// that fails midway is an error, not an empty body: a listing cut short
+/// must be asked again, not read as "no subscriptions".
+pub(super) async fn answer_body(
+    mut answer: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, BodyNotRead> {
     if answer
         .content_length()
         .is_some_and(|length| length > limit as u64)
     {
-        return None;
+        return Err(BodyNotRead::TooLarge);
     }
     let mut body = Vec::new();
     loop {
         match answer.chunk().await {
-            Ok(Some(chunk)) if body.len() + chunk.len() > limit => return None,
+            Ok(Some(chunk)) if body.len() + chunk.len() > limit => {
+                return Err(BodyNotRead::TooLarge)
+            }
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-            Ok(None) => return Some(body),
-            Err(_) => return Some(Vec::new()),
+            Ok(None) => return Ok(body),
+            Err(err) => return Err(BodyNotRead::Failed(err.without_url().to_string())),
         }
     }
 }

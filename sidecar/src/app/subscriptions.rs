@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::http_route::BodyNotRead;
 use super::AppChannel;
 
 /// Subscriptions taken from one app, at most.
@@ -62,18 +63,22 @@ impl AppSubscription {
             .map(|(name, declared)| (name.as_str(), Self::declared(declared)))
     }
 
-    /// Routes from Dapr's `route` / `routes`; with neither, the topic's
-    /// name is the route (as before routing rules existed).
+    /// Routes of an app's listed entry from Dapr's `route` / `routes`,
+    /// as Dapr's `getSubscriptionsHTTP` takes them: `routes.default`
+    /// wins over `route` when both are set (a declared subscription in
+    /// the configuration file refuses the two disagreeing instead). With
+    /// neither nor any rule, the routes are empty: such an entry is left
+    /// out, as Dapr's `filterSubscriptions` does.
     pub(super) fn routes_of(
-        topic: &str,
         route: Option<String>,
         routes: Option<RawRoutes>,
     ) -> Result<SubscriptionRoutes, String> {
-        let routes = SubscriptionRoutes::from_dapr(route, routes)?;
-        if routes.default.is_none() && routes.rules.is_empty() {
-            return Ok(SubscriptionRoutes::single(topic));
-        }
-        Ok(routes)
+        let has_default = routes
+            .as_ref()
+            .and_then(|routes| routes.default.as_deref())
+            .is_some_and(|default| !default.trim().is_empty());
+        let route = if has_default { None } else { route };
+        SubscriptionRoutes::from_dapr(route, routes)
     }
 }
 
@@ -118,12 +123,55 @@ pub(super) fn refuses_bulk(pubsub: &str, topic: &str, bulk: bool) -> bool {
     bulk
 }
 
-/// The subscriptions of a Dapr `/dapr/subscribe` answer (or a declared
-/// list of the same shape); a malformed entry is an error naming it. An
-/// entry with `bulkSubscribe` enabled is left out, with a warning naming
-/// its pub/sub and topic: events are delivered one at a time, which a
-/// bulk handler would acknowledge unread.
+/// The subscriptions of a Dapr `/dapr/subscribe` answer. An entry that
+/// cannot be taken is left out with a warning naming it (its index,
+/// pub/sub and topic), and the others taken, as the gRPC listing does:
+/// one that is malformed or has a rule rewire cannot read, one with no
+/// route at all (as Dapr's `filterSubscriptions`: "has an empty routes"),
+/// and one with `bulkSubscribe` enabled (events are delivered one at a
+/// time, which a bulk handler would acknowledge unread). An answer that is
+/// no array, or lists more than [`MAX_SUBSCRIPTIONS`], is an error.
 pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String> {
+    let (taken, left_out) = parse_listing(value)?;
+    for entry in left_out {
+        tracing::warn!(index = entry.index, pubsub = %entry.pubsub, topic = %entry.topic, reason = %entry.reason, "An entry of the app's subscriptions cannot be taken; it is left out, the others are taken.");
+    }
+    Ok(taken)
+}
+
+/// An entry of the app's listing left out ([`parse_listing`]).
+#[derive(Debug, PartialEq)]
+struct LeftOut {
+    /// Its place in the listing.
+    index: usize,
+    /// Its `pubsubname`, as far as it can be read (else empty).
+    pubsub: String,
+    /// Its `topic`, as far as it can be read (else empty).
+    topic: String,
+    /// Why.
+    reason: String,
+}
+
+impl LeftOut {
+    fn new(index: usize, entry: &Value, reason: String) -> Self {
+        let text = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|name| entry.get(*name).and_then(Value::as_str))
+                .unwrap_or_default()
+                .to_string()
+        };
+        Self {
+            index,
+            pubsub: text(&["pubsubname", "pubsubName"]),
+            topic: text(&["topic"]),
+            reason,
+        }
+    }
+}
+
+/// [`parse_subscriptions`]: the entries taken, and those left out.
+fn parse_listing(value: &Value) -> Result<(Vec<AppSubscription>, Vec<LeftOut>), String> {
     let entries = value
         .as_array()
         .ok_or_else(|| "subscriptions must be a JSON array".to_string())?;
@@ -134,11 +182,27 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
         ));
     }
     let mut taken = Vec::with_capacity(entries.len());
+    let mut left_out = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
-        let declared: Declared =
-            serde_json::from_value(entry.clone()).map_err(|e| format!("subscription {i}: {e}"))?;
-        let routes = AppSubscription::routes_of(&declared.topic, declared.route, declared.routes)
-            .map_err(|e| format!("subscription {i}: {e}"))?;
+        let declared: Declared = match serde_json::from_value(entry.clone()) {
+            Ok(declared) => declared,
+            Err(err) => {
+                left_out.push(LeftOut::new(i, entry, err.to_string()));
+                continue;
+            }
+        };
+        let routes = match AppSubscription::routes_of(declared.route, declared.routes) {
+            Ok(routes) if routes.rules.is_empty() && routes.default.is_none() => {
+                let reason = "no `route` nor `routes` (empty routes, as Dapr removes it)";
+                left_out.push(LeftOut::new(i, entry, reason.to_string()));
+                continue;
+            }
+            Ok(routes) => routes,
+            Err(err) => {
+                left_out.push(LeftOut::new(i, entry, err));
+                continue;
+            }
+        };
         let bulk = bulk_enabled(declared.bulk_subscribe.as_ref());
         if refuses_bulk(&declared.pubsubname, &declared.topic, bulk) {
             continue;
@@ -151,7 +215,7 @@ pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String
             metadata: declared.metadata.into_iter().collect(),
         });
     }
-    Ok(taken)
+    Ok((taken, left_out))
 }
 
 /// The most of the app's list of subscriptions read (Dapr's default body
@@ -187,13 +251,17 @@ async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
         return Listing::Unanswered(format!("status {}", answer.status()));
     }
     let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
-        Some(body) => serde_json::from_slice::<Value>(&body)
+        Ok(body) => serde_json::from_slice::<Value>(&body)
             .map_err(|e| e.to_string())
             .and_then(|v| parse_subscriptions(&v)),
-        None => Err(format!(
+        Err(BodyNotRead::TooLarge) => Err(format!(
             "answer larger than {} MiB",
             MAX_LIST_BYTES / (1024 * 1024)
         )),
+        // Cut short (reset, timed out): no answer to go by, asked again.
+        Err(BodyNotRead::Failed(why)) => {
+            return Listing::Unanswered(format!("the answer's body failed: {why}"))
+        }
     };
     match parsed {
         Ok(subscriptions) => Listing::Answered(subscriptions),
@@ -221,7 +289,7 @@ pub(super) enum Listing {
     /// gRPC `UNIMPLEMENTED`, a malformed list).
     Answered(Vec<AppSubscription>),
     /// No usable answer (unreachable, reset, 5xx, `UNAVAILABLE`, timed
-    /// out): asked again. Why, for the log.
+    /// out, a body cut short midway): asked again. Why, for the log.
     Unanswered(String),
 }
 
@@ -379,6 +447,74 @@ mod tests {
         (port, asked)
     }
 
+    /// An app on a raw socket whose first connection answers
+    /// `200 OK` with a body cut short (`content-length` 200, then closed),
+    /// and whose later ones answer a one-entry list; its port and count
+    /// of connections.
+    async fn app_cutting_its_first_listing_short(
+    ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let connections = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&connections);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let nth = counted.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = if nth == 1 {
+                    "HTTP/1.1 200 OK\r\ncontent-length: 200\r\n\r\n[{\"pubsubname\":\"p\""
+                        .to_string()
+                } else {
+                    let body = r#"[{"pubsubname":"p","topic":"orders","route":"/orders"}]"#;
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (port, connections)
+    }
+
+    /// A listing whose body breaks midway (a reset after a `200` head) is
+    /// no answer: asked again, and the next full answer taken. Before, it
+    /// read as an empty, malformed list: no subscriptions until restart.
+    #[tokio::test]
+    async fn a_listing_cut_short_midway_is_asked_again_and_taken() {
+        let (port, connections) = app_cutting_its_first_listing_short().await;
+        crate::tls::install_ring_provider();
+        let listed = tokio::time::timeout(
+            Duration::from_secs(10),
+            ask_app(
+                &reqwest::Client::new(),
+                &AppChannel::local(port),
+                &CancellationToken::new(),
+            ),
+        )
+        .await
+        .expect("answered in time")
+        .expect("not stopped");
+        let topics: Vec<&str> = listed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["orders"]);
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
     use axum::response::IntoResponse;
 
     /// The first answers of an app still starting (503 for ~5 s: more
@@ -472,11 +608,16 @@ mod tests {
             {"pubsubname": "p", "topic": "b", "routes": {"default": "/b", "rules": []}, "deadLetterTopic": "dlq"},
             {"pubsubname": "p", "topic": "c"}
         ]);
-        let parsed = parse_subscriptions(&value).expect("valid");
+        let (parsed, left_out) = parse_listing(&value).expect("valid");
         let routes: Vec<Option<&str>> =
             parsed.iter().map(|s| s.routes.default.as_deref()).collect();
-        assert_eq!(routes, [Some("/orders"), Some("/b"), Some("c")]);
+        assert_eq!(routes, [Some("/orders"), Some("/b")]);
         assert_eq!(parsed[1].dead_letter_topic.as_deref(), Some("dlq"));
+        assert_eq!(
+            (left_out[0].index, left_out[0].topic.as_str()),
+            (2, "c"),
+            "no route: left out"
+        );
         let v2 = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
             "rules": [{"match": "event.type == \"widget\"", "path": "/widgets"}], "default": "/products"}}]);
         let parsed = parse_subscriptions(&v2).expect("valid");
@@ -494,18 +635,86 @@ mod tests {
             parsed[0].routes.path_for(&event("gadget")),
             Some("/products")
         );
-        let bad_rule = serde_json::json!([{"pubsubname": "p", "topic": "t", "routes": {
-            "rules": [{"match": "event.type ~ 1", "path": "/x"}]}}]);
-        let err = parse_subscriptions(&bad_rule).expect_err("bad match");
+        let bad = serde_json::json!([
+            {"pubsubname": "p", "topic": "t", "routes": {
+                "rules": [{"match": "event.type ~ 1", "path": "/x"}]}},
+            {"pubsubname": "q"}
+        ]);
+        let (parsed, left_out) = parse_listing(&bad).expect("a listing");
+        assert!(parsed.is_empty());
+        let named: Vec<(usize, &str, &str)> = left_out
+            .iter()
+            .map(|l| (l.index, l.pubsub.as_str(), l.topic.as_str()))
+            .collect();
+        assert_eq!(named, [(0, "p", "t"), (1, "q", "")]);
         assert!(
-            err.starts_with("subscription 0: `routes.rules[0].match`: unsupported character `~`"),
-            "{err}"
+            left_out[0]
+                .reason
+                .starts_with("`routes.rules[0].match`: unsupported character `~`"),
+            "{}",
+            left_out[0].reason
         );
-        let bad = serde_json::json!([{"pubsubname": "p"}]);
-        let err = parse_subscriptions(&bad).expect_err("no topic");
         assert!(
-            err.starts_with("subscription 0: missing field `topic`"),
-            "{err}"
+            left_out[1].reason.starts_with("missing field `topic`"),
+            "{}",
+            left_out[1].reason
         );
+    }
+
+    /// As Dapr's `getSubscriptionsHTTP`: `routes.default` wins over a
+    /// `route` that differs. Before, the entry was refused, and with it
+    /// the whole listing.
+    #[test]
+    fn routes_default_wins_over_a_differing_route_as_in_dapr() {
+        let value = serde_json::json!([
+            {"pubsubname": "p", "topic": "t", "route": "/old", "routes": {"default": "/new"}},
+            {"pubsubname": "p", "topic": "u", "route": "/only", "routes": {"rules": [
+                {"match": "event.type == \"widget\"", "path": "/widgets"}]}}
+        ]);
+        let parsed = parse_subscriptions(&value).expect("valid");
+        let defaults: Vec<Option<&str>> =
+            parsed.iter().map(|s| s.routes.default.as_deref()).collect();
+        assert_eq!(defaults, [Some("/new"), Some("/only")]);
+        assert_eq!(parsed[1].routes.rules.len(), 1);
+    }
+
+    /// One entry with a rule rewire cannot read is left out, named; the
+    /// rest of the listing is taken (as the gRPC listing does). Before,
+    /// the whole listing was refused: no subscription at all.
+    #[test]
+    fn an_entry_with_an_unreadable_rule_is_left_out_and_the_rest_taken() {
+        let value = serde_json::json!([
+            {"pubsubname": "p", "topic": "a", "route": "/a"},
+            {"pubsubname": "p", "topic": "cel", "routes": {
+                "rules": [{"match": "event.data.items.exists(i, i.n > 1)", "path": "/x"}],
+                "default": "/cel"}},
+            {"pubsubname": "p", "topic": "b", "route": "/b"}
+        ]);
+        let (parsed, left_out) = parse_listing(&value).expect("a listing");
+        let topics: Vec<&str> = parsed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["a", "b"]);
+        let named: Vec<(usize, &str, &str)> = left_out
+            .iter()
+            .map(|l| (l.index, l.pubsub.as_str(), l.topic.as_str()))
+            .collect();
+        assert_eq!(named, [(1, "p", "cel")]);
+        assert_eq!(parse_subscriptions(&value).expect("valid").len(), 2);
+    }
+
+    /// An entry with neither `route` nor `routes` (nor an empty `routes`)
+    /// is dropped, as Dapr's `filterSubscriptions` does. Before, it was
+    /// subscribed and its events posted to `/<topic>`.
+    #[test]
+    fn an_entry_with_no_route_is_dropped_as_in_dapr() {
+        let value = serde_json::json!([
+            {"pubsubname": "p", "topic": "none"},
+            {"pubsubname": "p", "topic": "empty", "route": "", "routes": {"rules": [], "default": ""}},
+            {"pubsubname": "p", "topic": "kept", "route": "/kept"}
+        ]);
+        let (parsed, left_out) = parse_listing(&value).expect("a listing");
+        let topics: Vec<&str> = parsed.iter().map(|s| s.topic.as_str()).collect();
+        assert_eq!(topics, ["kept"]);
+        let dropped: Vec<&str> = left_out.iter().map(|l| l.topic.as_str()).collect();
+        assert_eq!(dropped, ["none", "empty"]);
     }
 }
