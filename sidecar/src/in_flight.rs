@@ -38,6 +38,18 @@ use tokio::time::Instant;
 
 use crate::reply_budget::{ConnectionReplies, ReplyLimits};
 
+/// How far on a deadline too far to be an [`Instant`] is put instead
+/// (tokio's own "far future"): a timing option of `Duration::MAX` means
+/// never, in effect, not a panic in a connection's task.
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// `wait` after `from`, or [`FAR_FUTURE`] after it when that instant
+/// cannot be represented.
+pub(crate) fn deadline_after(from: Instant, wait: std::time::Duration) -> Instant {
+    from.checked_add(wait)
+        .unwrap_or(from + FAR_FUTURE)
+}
+
 /// One connection's count, shared by the connection and its requests.
 #[derive(Clone, Debug)]
 pub struct InFlight(Arc<Counts>);
@@ -115,7 +127,7 @@ impl InFlight {
         let older = 1 - current;
         if self.0.waiting[older].load(Ordering::Acquire) > 0 {
             // Each has waited since before the current epoch opened.
-            return Some(epoch.opened + idle_timeout);
+            return Some(deadline_after(epoch.opened, idle_timeout));
         }
         if self.0.waiting[current].load(Ordering::Acquire) == 0 {
             return None;
@@ -124,7 +136,7 @@ impl InFlight {
         // new waits count in the next.
         self.0.epoch.store(older, Ordering::Release);
         epoch.opened = now;
-        Some(now + idle_timeout)
+        Some(deadline_after(now, idle_timeout))
     }
 
     /// Whether the connection has never had a request (its first request

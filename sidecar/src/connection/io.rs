@@ -26,7 +26,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
 use super::ConnectionLimits;
-use crate::in_flight::{Epoch, InFlight};
+use crate::in_flight::{deadline_after, Epoch, InFlight};
 use crate::tls::PeerInfo;
 
 /// How long a connection that had not started its first request by its
@@ -118,7 +118,8 @@ impl Connection {
         slot: OwnedSemaphorePermit,
     ) -> Self {
         let now = Instant::now();
-        let first_request_by = now + limits.first_request_timeout.min(limits.idle_timeout);
+        let first_request_by =
+            deadline_after(now, limits.first_request_timeout.min(limits.idle_timeout));
         Self {
             stream,
             idle_timeout: limits.idle_timeout,
@@ -175,7 +176,7 @@ impl Connection {
             let now = Instant::now();
             let idle_since = self.in_flight.idle_since();
             let from = idle_since.unwrap_or(self.last_moved);
-            let mut deadline = from + self.idle_timeout;
+            let mut deadline = deadline_after(from, self.idle_timeout);
             // None open (read first), and none ever started.
             if idle_since.is_some() && self.in_flight.never_started() {
                 deadline = deadline.min(self.first_request_by);
@@ -273,8 +274,17 @@ impl AsyncWrite for Connection {
         this.waited(cx, poll)
     }
 
+    /// Bounded as a write: closing TLS writes its `close_notify`, which a
+    /// client that stopped reading never takes, so the close ends at the
+    /// idle timeout or the shutdown cut like any write (hyper closes
+    /// `Connection: close` and idle keep-alive connections through it).
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        if let Some(error) = this.ended(cx, false) {
+            return Poll::Ready(Err(error));
+        }
+        let poll = Pin::new(&mut this.stream).poll_shutdown(cx);
+        this.waited(cx, poll)
     }
 }
 
@@ -301,6 +311,9 @@ impl Connected for Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod tls_close;
 
 #[cfg(test)]
 mod tests {
