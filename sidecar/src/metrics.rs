@@ -18,8 +18,10 @@ use rewire_runtime::Runtime;
 use crate::result_code::ResultCode;
 
 mod breakers;
+mod label_text;
 mod request_series;
 
+use label_text::LabelText;
 use request_series::RequestSeries;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,12 +37,12 @@ struct KindLabels {
 
 /// Labels of one request: all but the store are fixed names, and the
 /// store's name is shared with the call, so counting a request copies no
-/// string.
+/// string. The store's name is free text, written escaped.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     api: &'static str,
     method: &'static str,
-    store: Option<Arc<str>>,
+    store: Option<LabelText<Arc<str>>>,
     code: ResultCode,
 }
 
@@ -205,7 +207,7 @@ impl ApiMetrics {
         let labels = RequestLabels {
             api,
             method,
-            store,
+            store: store.map(LabelText),
             code,
         };
         let series = self
@@ -315,6 +317,44 @@ mod tests {
         assert_ne!(first, "+Inf", "{text}");
         assert!(
             first.parse::<f64>().unwrap() >= longest.as_secs_f64(),
+            "{text}"
+        );
+    }
+
+    /// A store's, a component's and a policy's names may hold `"` and `\`
+    /// (validation refuses only control characters and `/`): written as
+    /// is, one such label made Prometheus refuse the whole exposition.
+    #[tokio::test]
+    async fn free_text_label_values_are_escaped() {
+        let json = serde_json::json!({
+            "components": {"pubsub": {"a\"b\\": {"type": "test.metrics.idle"}}},
+            "resiliency": {
+                "policies": {"circuitBreakers": {
+                    "c\"p\\": {"trip": "consecutiveFailures >= 2", "timeout": "60s"}
+                }},
+                "targets": {"components": {"a\"b\\": {"outbound": {"circuitBreaker": "c\"p\\"}}}}
+            }
+        });
+        let file = parse(json.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = ApiMetrics::new();
+        let store = Some(Arc::from("a\"b\\"));
+        let code = ResultCode::Http(200);
+        metrics.observe_request("http", "GetState", store, code, Duration::ZERO);
+        let text = metrics.render(&runtime);
+        runtime.shutdown().await;
+        assert!(
+            text.contains(r#"method="GetState",store="a\"b\\",code="200"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"rewire_circuit_breaker_state{component="pubsub/a\"b\\",policy="c\"p\\",direction="outbound"} 0"#
+            ),
             "{text}"
         );
     }

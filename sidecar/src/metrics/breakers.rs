@@ -14,10 +14,14 @@ use prometheus_client::registry::Registry;
 
 use rewire_runtime::Generation;
 
+use super::LabelText;
+
+/// Labels of one breaker: the component's and the policy's names are free
+/// text, written escaped.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BreakerLabels {
-    component: String,
-    policy: String,
+    component: LabelText<String>,
+    policy: LabelText<String>,
     direction: &'static str,
 }
 
@@ -64,8 +68,8 @@ impl BreakerMetrics {
         let inbound = policies.inbound_breakers().map(|b| ("inbound", b));
         for (direction, (key, status)) in outbound.chain(inbound) {
             let labels = BreakerLabels {
-                component: key.to_string(),
-                policy: status.policy.clone(),
+                component: LabelText(key.to_string()),
+                policy: LabelText(status.policy.clone()),
                 direction,
             };
             self.state

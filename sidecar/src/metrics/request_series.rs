@@ -73,7 +73,7 @@ mod tests {
         RequestLabels {
             api: "http",
             method: "GetState",
-            store: store.map(Into::into),
+            store: store.map(|name| super::super::LabelText(name.into())),
             code: ResultCode::Http(status),
         }
     }
