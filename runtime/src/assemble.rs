@@ -195,7 +195,7 @@ pub(crate) async fn resolve_metadata(
     // start-up reads no clock for them.
     let mut deadline = None;
     for reference in spec.injected_refs() {
-        let by = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + cx.timeouts.init);
+        let by = *deadline.get_or_insert_with(|| crate::deadline::deadline_after(cx.timeouts.init));
         let read = read_injected(&reference, cx);
         let value = tokio::time::timeout_at(by, read)
             .await
@@ -245,15 +245,20 @@ pub(crate) fn is_the_ref(r: &ConfigurationRef, item: &ConfigItem) -> bool {
 }
 
 /// Reads the value of one ref from its staged store; an error says which
-/// ref and why.
+/// ref and why. The store is read on a task of its own (see [`guarded`]):
+/// a store that panics fails the ref, naming it and the store, not the
+/// dependent's assembly with the store's bare message.
+///
+/// [`guarded`]: crate::guarded::guarded
 async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<String, String> {
     let at = reference.position();
     let store = cx.staged.get(&reference.store());
     match (reference, store) {
         (InjectedRef::Secret(_, r), Some(Instance::SecretStore(store))) => {
-            let read = store.get_secret_for_ref(&r.name);
-            let secret = with_staged(cx.staged.clone(), read)
-                .await
+            let (store, name) = (store.clone(), r.name.clone());
+            let read = async move { Ok(store.get_secret_for_ref(&name).await) };
+            let secret = read_guarded(reference, read, cx)
+                .await?
                 .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.name))?;
             let value = secret.get(&r.key).ok_or_else(|| {
                 format!(
@@ -270,8 +275,10 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
                 label: r.label.clone(),
                 metadata: HashMap::new(),
             };
-            let items = with_staged(cx.staged.clone(), store.get(&query))
-                .await
+            let store = store.clone();
+            let read = async move { Ok(store.get(&query).await) };
+            let items = read_guarded(reference, read, cx)
+                .await?
                 .map_err(|err| format!("{at} ({}/{}): {err}", r.store, r.key))?;
             // The ref's own group and label, as the watch compares: a
             // store may answer with the key of other groups or labels too.
@@ -289,6 +296,30 @@ async fn read_injected(reference: &InjectedRef, cx: &AssemblyContext) -> Result<
         (InjectedRef::Configuration(_, r), _) => {
             Err(format!("{at}: config store `{}` is not running", r.store))
         }
+    }
+}
+
+/// Runs `read` (of `reference`'s store) against the staged generation, on
+/// a task of its own bounded by the init timeout (the caller's shared
+/// deadline comes first): a panic or no answer is an error naming the ref
+/// and the store.
+async fn read_guarded<T: Send + 'static>(
+    reference: &InjectedRef,
+    read: impl Future<Output = Result<T, crate::component::ComponentError>> + Send + 'static,
+    cx: &AssemblyContext,
+) -> Result<T, String> {
+    let read = with_staged(cx.staged.clone(), read);
+    let (at, store) = (reference.position(), reference.store_name());
+    match crate::guarded::guarded(read, cx.timeouts.init).await {
+        Answer::Answered(Ok(value)) => Ok(value),
+        Answer::Answered(Err(err)) => Err(format!("{at}: store `{store}`: {err}")),
+        Answer::TimedOut => Err(format!(
+            "{at}: store `{store}` did not answer within {:?} (the init timeout)",
+            cx.timeouts.init
+        )),
+        Answer::Panicked(message) => Err(format!(
+            "{at}: store `{store}` panicked reading the ref: {message}"
+        )),
     }
 }
 
@@ -507,7 +538,7 @@ async fn close_unstarted(
     within: Duration,
 ) -> Closed {
     shutdown.cancel();
-    let deadline = tokio::time::Instant::now() + within;
+    let deadline = crate::deadline::deadline_after(within);
     let close = Guarded::spawn(async move { component.close().await }).runs_on_if_dropped(deadline);
     // Given up when hurried: aborted, not left to run on.
     let give_up = close.aborter();
@@ -571,7 +602,7 @@ async fn wait_ready(
     instance: &Instance,
     cx: &AssemblyContext,
 ) -> Result<(), (FailedStep, String)> {
-    let deadline = tokio::time::Instant::now() + cx.timeouts.ready;
+    let deadline = crate::deadline::deadline_after(cx.timeouts.ready);
     loop {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let within = left.max(cx.timeouts.ready_poll);
@@ -948,5 +979,126 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(resolved.get("v"), Some(&json!(expected)), "group {group:?}");
         }
+    }
+
+    /// An assembly context over `instances`, with `timeouts`.
+    fn context_over(
+        instances: std::collections::BTreeMap<ComponentKey, Instance>,
+        timeouts: StartTimeouts,
+    ) -> AssemblyContext {
+        AssemblyContext {
+            app_id: "app".into(),
+            live: crate::handle::Live::new(),
+            staged: Arc::new(Generation::new(1, instances)),
+            timeouts,
+            redactor: Redactor::default(),
+            config_dir: None,
+            handover: Handover::new(),
+            stop: CancellationToken::new(),
+            abandoned_closes: Arc::default(),
+        }
+    }
+
+    /// `state/s` with `configuration_refs` and `secret_refs`.
+    fn dependent(
+        configuration_refs: Vec<ConfigurationRef>,
+        secret_refs: Vec<crate::config::SecretRef>,
+    ) -> Arc<ComponentSpec> {
+        Arc::new(ComponentSpec {
+            key: ComponentKey::new("state", "s"),
+            type_name: "memory".into(),
+            metadata: serde_json::Map::new(),
+            component_refs: Vec::new(),
+            secret_refs,
+            configuration_refs,
+            scopes: None,
+        })
+    }
+
+    /// With no init limit (`Duration::MAX`), the refs' shared deadline is
+    /// a far one: the value is read. Before, the resolve panicked
+    /// ("overflow when adding duration to instant").
+    #[tokio::test]
+    async fn refs_with_no_init_limit_are_read() {
+        let store: Arc<dyn crate::kinds::ConfigStore> = Arc::new(AllGroups);
+        let instances = std::collections::BTreeMap::from([(
+            ComponentKey::new(crate::component::Kind::ConfigStore, "cfg"),
+            Instance::ConfigStore(store),
+        )]);
+        let timeouts = StartTimeouts {
+            init: Duration::MAX,
+            ..StartTimeouts::default()
+        };
+        let cx = context_over(instances, timeouts);
+        let reference = ConfigurationRef {
+            store: "cfg".into(),
+            key: "k".into(),
+            group: None,
+            label: None,
+            inject_as: "v".into(),
+            watch: false,
+        };
+        let resolved = resolve_metadata(&dependent(vec![reference], Vec::new()), &cx)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(resolved.get("v"), Some(&json!("default")));
+    }
+
+    /// A secret store whose reads panic.
+    struct PanicsOnRead;
+
+    #[async_trait::async_trait]
+    impl crate::component::Component for PanicsOnRead {}
+
+    #[async_trait::async_trait]
+    impl crate::kinds::SecretStore for PanicsOnRead {
+        async fn get_secret(
+            &self,
+            _: &str,
+            _: &HashMap<String, String>,
+        ) -> Result<crate::kinds::SecretMap, crate::kinds::SecretError> {
+            panic!("vault client poisoned")
+        }
+
+        async fn bulk_get_secret(
+            &self,
+            _: &HashMap<String, String>,
+        ) -> Result<
+            std::collections::BTreeMap<String, crate::kinds::SecretMap>,
+            crate::kinds::SecretError,
+        > {
+            panic!("vault client poisoned")
+        }
+    }
+
+    /// A secretRef to a store whose read panics fails its dependent at
+    /// `Resolve`, naming the ref and the store. Before, the panic went
+    /// through the dependent's assembly (`Panicked: vault client
+    /// poisoned`, no store named).
+    #[tokio::test]
+    async fn a_ref_to_a_store_that_panics_fails_the_resolve_naming_the_store() {
+        let store: Arc<dyn crate::kinds::SecretStore> = Arc::new(PanicsOnRead);
+        let instances = std::collections::BTreeMap::from([(
+            ComponentKey::new(crate::component::Kind::SecretStore, "vault"),
+            Instance::SecretStore(store),
+        )]);
+        let cx = context_over(instances, StartTimeouts::default());
+        let reference = crate::config::SecretRef {
+            store: "vault".into(),
+            name: "db".into(),
+            key: "password".into(),
+            inject_as: "password".into(),
+            watch: false,
+        };
+        let failure = resolve_metadata(&dependent(Vec::new(), vec![reference]), &cx)
+            .await
+            .expect_err("a panicking store fails the resolve");
+        assert_eq!(failure.step, FailedStep::Resolve, "{failure}");
+        assert!(
+            failure.message.contains("secretRef[0]")
+                && failure.message.contains("store `vault` panicked")
+                && failure.message.contains("vault client poisoned"),
+            "{failure}"
+        );
     }
 }

@@ -31,7 +31,7 @@ pub(crate) async fn guarded<T: Send + 'static>(
     call: impl Future<Output = Result<T, ComponentError>> + Send + 'static,
     within: Duration,
 ) -> Answer<T> {
-    let deadline = Instant::now() + within;
+    let deadline = crate::deadline::deadline_after(within);
     Guarded::spawn(call).answer_by(deadline).await
 }
 

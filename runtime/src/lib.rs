@@ -11,6 +11,7 @@ mod backoff;
 mod closing;
 mod component;
 pub mod config;
+mod deadline;
 mod echo;
 mod fs_read;
 mod fs_watch;

@@ -170,7 +170,7 @@ async fn wait_for_users(
     grace: Duration,
     hurry: &CancellationToken,
 ) -> Waited {
-    let deadline = tokio::time::Instant::now() + grace_for(instance, grace);
+    let deadline = crate::deadline::deadline_after(grace_for(instance, grace));
     // One holder is the `Running` itself.
     while instance.holders() > 1 && tokio::time::Instant::now() < deadline && !hurry.is_cancelled()
     {
