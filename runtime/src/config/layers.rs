@@ -147,17 +147,26 @@ pub struct Layers {
     pub overlay_app: Option<ConfigPatch>,
     /// Control-plane pushes, by component.
     pub pushes: BTreeMap<ComponentKey, Push>,
-    /// The overlay components the last laying skipped (see
+    /// The overlay components layings skipped and warned about (see
     /// [`SkippedOverlay`]).
     pub(crate) skipped: SkippedOverlay,
 }
 
 /// The untyped overlay components that nothing below declares, skipped by
-/// the last laying; shared by the copies of one runtime's layers, so each
-/// is warned about once, when it starts being skipped, not at every
-/// recompute. Not part of what the layers say: any two are equal.
+/// layings and warned about, each with what the overlay documents said of
+/// it then; shared by the copies of one runtime's layers, so each skip (a
+/// component, and what the documents say of it) is warned about once:
+/// not at every recompute, nor again after a laying that did not skip it
+/// (the layers in force, laid between two tries of a candidate that is
+/// rejected or rolled back). Other documents of it skipped are news. Kept
+/// for the runtime's life, one entry per component ever skipped. Not part
+/// of what the layers say: any two are equal.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SkippedOverlay(Arc<Mutex<BTreeSet<ComponentKey>>>);
+pub(crate) struct SkippedOverlay(Arc<Mutex<BTreeMap<ComponentKey, SkippedPatches>>>);
+
+/// What the overlay's common and app-specific documents say of a skipped
+/// component.
+type SkippedPatches = (Option<ComponentPatch>, Option<ComponentPatch>);
 
 impl PartialEq for SkippedOverlay {
     fn eq(&self, _: &Self) -> bool {
@@ -166,19 +175,25 @@ impl PartialEq for SkippedOverlay {
 }
 
 impl SkippedOverlay {
-    /// Remembers `skipped` as the last laying's, warning about each key
-    /// the laying before did not skip; returns those.
-    fn remember(&self, skipped: BTreeSet<ComponentKey>) -> Vec<ComponentKey> {
-        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let warned: Vec<ComponentKey> = skipped.difference(&last).cloned().collect();
-        for key in &warned {
+    /// Warns about each skip in `skipped` not warned about yet (a
+    /// component never warned about, or whose documents said otherwise
+    /// when it was), and remembers it; returns the components warned
+    /// about.
+    fn remember(&self, skipped: BTreeMap<ComponentKey, SkippedPatches>) -> Vec<ComponentKey> {
+        let mut warned = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut news = Vec::new();
+        for (key, patches) in skipped {
+            if warned.get(&key) == Some(&patches) {
+                continue;
+            }
             tracing::warn!(
                 component = %key,
                 "Overlay component {key} skipped: nothing below declares it and neither overlay document gives its `type`; give `type` to add it."
             );
+            warned.insert(key.clone(), patches);
+            news.push(key);
         }
-        *last = skipped;
-        warned
+        news
     }
 }
 
@@ -329,7 +344,8 @@ impl Layers {
 
     /// The effective configuration and the source of each value.
     pub fn effective(&self) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
-        self.laid(true)
+        let (config, sources, _warned) = self.laid(true);
+        (config, sources)
     }
 
     /// The effective configuration alone (what a reload validates; the
@@ -338,8 +354,16 @@ impl Layers {
         self.laid(false).0
     }
 
-    /// The layers laid over each other; the sources only when `tracked`.
-    fn laid(&self, tracked: bool) -> (Config, BTreeMap<ComponentKey, ComponentSources>) {
+    /// The layers laid over each other; the sources only when `tracked`;
+    /// and the skipped overlay components warned about by this laying.
+    fn laid(
+        &self,
+        tracked: bool,
+    ) -> (
+        Config,
+        BTreeMap<ComponentKey, ComponentSources>,
+        Vec<ComponentKey>,
+    ) {
         let sources = match tracked {
             true => self
                 .file
@@ -385,8 +409,19 @@ impl Layers {
         for (key, push) in &self.pushes {
             effective.push(key, push);
         }
-        let _warned = self.skipped.remember(effective.skipped);
-        (effective.config, effective.sources)
+        let skipped = effective
+            .skipped
+            .into_iter()
+            .map(|key| {
+                let said = |document: &Option<ConfigPatch>| {
+                    document.as_ref()?.components.get(&key).cloned()
+                };
+                let patches = (said(&self.overlay), said(&self.overlay_app));
+                (key, patches)
+            })
+            .collect();
+        let warned = self.skipped.remember(skipped);
+        (effective.config, effective.sources, warned)
     }
 }
 
@@ -828,12 +863,40 @@ mod tests {
             .unwrap();
         assert!(!layers.effective_config().components.contains_key(&orders));
         // Laid again (every reload does): not warned again.
-        let _ = layers.effective_config();
-        let skipped = BTreeSet::from([orders.clone()]);
-        assert_eq!(layers.skipped.remember(skipped.clone()), Vec::new());
-        // Added, then skipped again: warned again.
-        assert_eq!(layers.skipped.remember(BTreeSet::new()), Vec::new());
-        assert_eq!(layers.skipped.remember(skipped), vec![orders]);
+        assert_eq!(layers.laid(false).2, Vec::new());
+    }
+
+    /// A candidate that skips an overlay component (the file stopped
+    /// declaring it) warns about it when first laid; laid again after the
+    /// layers in force, which do not skip it (the candidate rolled back
+    /// and retried, say), the same skip is not warned about again. Another
+    /// document of it skipped is.
+    #[test]
+    fn a_skip_is_warned_about_once_not_again_after_layers_that_do_not_skip_it() {
+        let orders = ComponentKey::new("state", "orders");
+        let amended = |host: &str| {
+            let text = format!(
+                r#"{{"components": {{"state": {{"orders": {{"metadata": {{"redisHost": "{host}"}}}}}}}}}}"#
+            );
+            LayerChange::overlay_read(cfg_overlay("rewire.components"), Some(patch(&text)), None)
+        };
+        let declared = file(
+            r#"{"components": {"state": {"orders": {"type": "redis"}}},
+                "overlay": {"store": "cfg", "key": "rewire.components"}}"#,
+        );
+        let in_force = Layers::new(declared).changed(amended("dr:6379")).unwrap();
+        assert_eq!(in_force.laid(false).2, Vec::new(), "declared: not skipped");
+        let candidate = in_force
+            .changed(LayerChange::File(file(OVERLAID_EMPTY)))
+            .unwrap();
+        assert_eq!(candidate.laid(false).2, vec![orders.clone()]);
+        for _ in 0..2 {
+            assert_eq!(in_force.laid(false).2, Vec::new());
+            assert_eq!(candidate.laid(false).2, Vec::new(), "the same skip again");
+        }
+        // Another document of it, skipped: news.
+        let other = candidate.changed(amended("dr2:6379")).unwrap();
+        assert_eq!(other.laid(false).2, vec![orders]);
     }
 
     #[test]
