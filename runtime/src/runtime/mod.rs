@@ -550,6 +550,14 @@ impl Runtime {
     }
 
     /// Every reload record from now on, as it is made.
+    ///
+    /// The channel keeps the last 64 records: a receiver that falls
+    /// further behind lags, its next `recv` answering
+    /// [`RecvError::Lagged`](tokio::sync::broadcast::error::RecvError::Lagged)
+    /// with how many it missed, and then goes on from the oldest kept.
+    /// Keep receiving after a lag (`while let Ok(..)` would stop there);
+    /// [`RecvError::Closed`](tokio::sync::broadcast::error::RecvError::Closed)
+    /// ends it: no record will come any more.
     pub fn reload_events(&self) -> tokio::sync::broadcast::Receiver<ReloadRecord> {
         self.reloader().events()
     }
