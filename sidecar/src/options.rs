@@ -16,6 +16,11 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:3500";
 /// to be written and the call's hold let go.
 pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
 
+/// The longest a timing option may be (about ten years, never in effect):
+/// deadlines are computed from them, and one past what an instant holds
+/// (`Duration::MAX` for "never") would panic in a connection's task.
+pub const LONGEST_TIMING: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// How the APIs are served.
 #[derive(Debug, Clone)]
 pub struct ApiOptions {
@@ -160,6 +165,32 @@ impl ApiOptions {
         }
     }
 
+    /// Refuses timing options the servers cannot use, naming the field:
+    /// a `request_timeout` or `idle_timeout` of zero (every call, or every
+    /// connection, would end at once, and gRPC would ping without pause),
+    /// and any of `request_timeout`, `idle_timeout`, `shutdown_grace` and
+    /// `push_timeout` longer than [`LONGEST_TIMING`].
+    pub fn check_timings(&self) -> Result<(), String> {
+        let timings = [
+            ("request_timeout", self.request_timeout, true),
+            ("idle_timeout", self.idle_timeout, true),
+            ("shutdown_grace", self.shutdown_grace, false),
+            ("push_timeout", self.push_timeout, false),
+        ];
+        for (field, value, positive) in timings {
+            if positive && value.is_zero() {
+                return Err(format!("ApiOptions::{field} is zero: it must be positive"));
+            }
+            if value > LONGEST_TIMING {
+                return Err(format!(
+                    "ApiOptions::{field} is {value:?}, longer than the longest accepted \
+                     ({LONGEST_TIMING:?}, about ten years)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
     /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset. A token
     /// variable set to something that is not valid UTF-8 is an error
@@ -221,6 +252,50 @@ mod tests {
         })
         .expect("text tokens");
         assert!(taken.app_token.is_some() && taken.admin_token.is_none());
+    }
+
+    /// Zero and overflowing timings are refused naming the field; before,
+    /// `idle_timeout: Duration::MAX` panicked in every connection's task.
+    #[test]
+    fn unusable_timings_are_refused_naming_the_field() {
+        assert_eq!(ApiOptions::default().check_timings(), Ok(()));
+        let longest = ApiOptions {
+            request_timeout: LONGEST_TIMING,
+            idle_timeout: LONGEST_TIMING,
+            shutdown_grace: Duration::ZERO,
+            push_timeout: Duration::ZERO,
+            ..ApiOptions::default()
+        };
+        assert_eq!(longest.check_timings(), Ok(()));
+        type Set = fn(&mut ApiOptions, Duration);
+        // Each field, and whether zero is refused (a zero grace cuts at
+        // once; a zero push timeout is raised to the init timeout's).
+        let fields: [(&str, Set, bool); 4] = [
+            ("request_timeout", |o, d| o.request_timeout = d, true),
+            ("idle_timeout", |o, d| o.idle_timeout = d, true),
+            ("shutdown_grace", |o, d| o.shutdown_grace = d, false),
+            ("push_timeout", |o, d| o.push_timeout = d, false),
+        ];
+        for (field, set, zero_refused) in fields {
+            let mut options = ApiOptions::default();
+            set(&mut options, Duration::MAX);
+            let refused = options.check_timings().expect_err(field);
+            assert!(
+                refused.contains(field) && refused.contains("longer"),
+                "{refused}"
+            );
+            set(&mut options, Duration::ZERO);
+            let zero = options.check_timings();
+            if zero_refused {
+                let refused = zero.expect_err(field);
+                assert!(
+                    refused.contains(field) && refused.contains("zero"),
+                    "{refused}"
+                );
+            } else {
+                assert_eq!(zero, Ok(()), "{field}");
+            }
+        }
     }
 
     #[test]

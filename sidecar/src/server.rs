@@ -66,6 +66,9 @@ pub enum ApiError {
     /// A certificate, key or CA file could not be used.
     #[error("{0}")]
     Tls(String),
+    /// An option cannot be served with (the message names it).
+    #[error("invalid API options: {0}")]
+    Options(String),
 }
 
 /// The APIs, bound and serving.
@@ -80,7 +83,8 @@ pub struct ApiServer {
 
 impl ApiServer {
     /// Binds both listeners (port 0 picks a free port) and starts serving
-    /// until `shutdown` is cancelled.
+    /// until `shutdown` is cancelled. Timing options the servers cannot
+    /// use are refused first ([`ApiOptions::check_timings`]).
     pub async fn bind(
         runtime: Runtime,
         options: ApiOptions,
@@ -88,6 +92,7 @@ impl ApiServer {
         http_addr: SocketAddr,
         shutdown: CancellationToken,
     ) -> Result<Self, ApiError> {
+        options.check_timings().map_err(ApiError::Options)?;
         crate::tls::install_ring_provider();
         let grpc_listener =
             TcpListener::bind(grpc_addr)

@@ -5,17 +5,22 @@
 //! is not cut; at most `max_connections` are open at once (the next client
 //! is served once a slot frees), and after shutdown a connection still
 //! sending its request head is cut after `shutdown_grace`, so the servers
-//! stop.
+//! stop, and so is one whose call runs with a request pipelined behind
+//! it. Timing options no deadline can be computed from are refused at
+//! bind.
 
 use crate::support::{grpc, sidecar};
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rewire::sidecar::ApiOptions;
+use rewire::prelude::*;
+use rewire::sidecar::{ApiError, ApiOptions, ApiServer};
+use rewire::{DeleteRequest, GetRequest, SetRequest, StateEntry, StateError};
 use sidecar::Sidecar;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
 
 const CONFIG: &str = r#"{"components": {"state": {"orders": {"type": "memory"}}}}"#;
 
@@ -496,4 +501,88 @@ async fn an_http1_head_past_the_buffer_is_refused_not_held() {
         String::from_utf8_lossy(&answer)
     );
     sidecar.stop().await;
+}
+
+/// Woken when the hanging store's read has started.
+static HANGING_GET_STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// A state store whose reads never end (a backend that stopped answering).
+#[derive(rewire::Component)]
+#[component(kind = "state", type = "test.api.connections.hanging_get")]
+struct HangingGet {}
+
+#[async_trait]
+impl Component for HangingGet {}
+
+#[async_trait]
+impl StateStore for HangingGet {
+    async fn get(&self, _: GetRequest) -> Result<Option<StateEntry>, StateError> {
+        HANGING_GET_STARTED.notify_one();
+        std::future::pending().await
+    }
+    async fn set(&self, _: SetRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+    async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+}
+
+/// A call with an HTTP/1 request pipelined behind it (hyper holds that one
+/// in its buffer and reads the socket no more until the call ends) is cut
+/// with its connection at the end of the shutdown grace, not kept until
+/// `request_timeout`. Before, the cut reached the connection only through
+/// a socket read or write waiting, and the servers waited for the call.
+#[tokio::test]
+async fn shutdown_cuts_a_call_with_a_request_pipelined_behind_it() {
+    let options = ApiOptions {
+        shutdown_grace: Duration::from_millis(200),
+        request_timeout: Duration::from_secs(60),
+        ..ApiOptions::default()
+    };
+    let config =
+        r#"{"components": {"state": {"slow": {"type": "test.api.connections.hanging_get"}}}}"#;
+    let sidecar = Sidecar::start(config, options).await;
+    let mut client = TcpStream::connect(sidecar.http_addr).await.unwrap();
+    client
+        .write_all(
+            b"GET /v1.0/state/slow/k HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /v1.0/healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    testkit::within(
+        grpc::PATIENCE,
+        "the hanging read started",
+        HANGING_GET_STARTED.notified(),
+    )
+    .await;
+    // Well under request_timeout, well over the grace.
+    let stopped = tokio::time::timeout(Duration::from_secs(10), sidecar.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "the servers waited for a call with a request pipelined behind it"
+    );
+}
+
+/// An `idle_timeout` no deadline can be computed from (`Duration::MAX`)
+/// is refused at bind, naming it. Before, it panicked in every
+/// connection's task ("overflow when adding duration to instant").
+#[tokio::test]
+async fn an_idle_timeout_past_any_deadline_is_refused_naming_it() {
+    let runtime = crate::support::start(CONFIG).await.expect("start failed");
+    let options = ApiOptions {
+        idle_timeout: Duration::MAX,
+        ..ApiOptions::default()
+    };
+    let any = "127.0.0.1:0".parse().unwrap();
+    let bound = ApiServer::bind(runtime.clone(), options, any, any, CancellationToken::new()).await;
+    let Err(refused) = bound else {
+        panic!("bound with idle_timeout Duration::MAX");
+    };
+    assert!(
+        matches!(refused, ApiError::Options(_)) && refused.to_string().contains("idle_timeout"),
+        "{refused}"
+    );
+    runtime.shutdown().await;
 }

@@ -69,6 +69,8 @@ pub(crate) mod subscription_queue;
 mod subscriptions;
 mod unary_body;
 
+use std::time::Duration;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
@@ -99,6 +101,18 @@ const MAX_HEADER_BYTES: u32 = 16 * 1024;
 /// Streams one connection may make the server reset for its own protocol
 /// errors before it is closed: h2's own default, which tonic turns off.
 const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
+/// The shortest wait between the server's HTTP/2 pings.
+const MIN_PING_INTERVAL: Duration = Duration::from_millis(1);
+
+/// How often a connection is pinged (and how long an answer may take): a
+/// third of `idle_timeout`, so a live client's quiet stream stays open;
+/// never zero, and never past [`LONGEST_TIMING`](crate::options::LONGEST_TIMING)
+/// (hyper adds it to an instant) for options [`ApiServer::bind`](crate::ApiServer::bind)
+/// would refuse.
+fn ping_interval(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 3).clamp(MIN_PING_INTERVAL, crate::options::LONGEST_TIMING)
+}
 
 /// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
 /// finish first (within `shutdown_grace`, then every connection is cut),
@@ -162,7 +176,7 @@ pub async fn serve(
     );
     let admin_cert = RequireClientCert::for_state(&state);
     let limits = ConnectionLimits::after_shutdown(&options, &shutdown);
-    let ping = options.idle_timeout / 3;
+    let ping = ping_interval(options.idle_timeout);
     let body_budget = options.body_budget();
     let incoming = accept_loop(listener, limits, shutdown.clone(), state.tls.grpc.clone());
     Server::builder()

@@ -192,6 +192,7 @@ pub async fn serve(
         .check_against(&state.options.tls)
         .map_err(ApiError::Tls)?;
     let limits = ConnectionLimits::after_shutdown(&state.options, &shutdown);
+    let cut = limits.cut.clone();
     let mut accepted = accept_loop(listener, limits, shutdown.clone(), state.tls.http.clone());
     let budget = state.options.body_budget();
     let router = router_until(state.clone(), shutdown.child_token());
@@ -226,11 +227,20 @@ pub async fn serve(
                 service.call(request).await
             }
         });
-        let (builder, watcher) = (builder.clone(), graceful.watcher());
+        let (builder, watcher, cut) = (builder.clone(), graceful.watcher(), cut.clone());
         tokio::spawn(async move {
             let served = builder.serve_connection_with_upgrades(TokioIo::new(connection), service);
-            if let Err(error) = watcher.watch(served).await {
-                tracing::trace!(error = %error, "HTTP connection ended with an error.");
+            // At the cut the connection goes, with the call it runs: its
+            // socket alone may not be polled then (an HTTP/1 request
+            // pipelined behind a running call is left in hyper's buffer,
+            // and the socket read until that call ends).
+            tokio::select! {
+                served = watcher.watch(served) => if let Err(error) = served {
+                    tracing::trace!(error = %error, "HTTP connection ended with an error.");
+                },
+                () = cut.cancelled() => {
+                    tracing::trace!("HTTP connection cut at the end of the shutdown grace.");
+                }
             }
         });
     }
