@@ -101,6 +101,10 @@ pub struct ApiOptions {
     /// APIs list the subscriptions [`serve_app`](crate::app::serve_app)
     /// takes over a clone of it.
     pub app_channel: Option<crate::app::AppChannel>,
+    /// Sent to the app on every call when set (Dapr's `APP_API_TOKEN`, as
+    /// `dapr-api-token`); the app channel is given it with
+    /// [`AppChannel::with_app_token`](crate::app::AppChannel::with_app_token).
+    pub app_api_token: Option<rewire_runtime::SecretString>,
 }
 
 impl Default for ApiOptions {
@@ -122,6 +126,7 @@ impl Default for ApiOptions {
             max_uploads: 256,
             tls: TlsSettings::default(),
             app_channel: None,
+            app_api_token: None,
         }
     }
 }
@@ -191,10 +196,12 @@ impl ApiOptions {
         Ok(())
     }
 
-    /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`)
-    /// and `REWIRE_ADMIN_TOKEN`; empty variables count as unset. A token
-    /// variable set to something that is not valid UTF-8 is an error
-    /// naming it: taken for unset, it would leave the API it guards open.
+    /// Defaults, with tokens from `DAPR_API_TOKEN` (or `REWIRE_API_TOKEN`),
+    /// `REWIRE_ADMIN_TOKEN` and `APP_API_TOKEN` (sent to the app); empty
+    /// variables count as unset. A token variable set to something that
+    /// is not valid UTF-8 is an error naming it: taken for unset, it would
+    /// leave the API it guards open (or, for `APP_API_TOKEN`, the app
+    /// unable to tell the sidecar's calls apart).
     pub fn from_env() -> Result<Self, String> {
         Self::from_vars(|name| std::env::var_os(name))
     }
@@ -215,9 +222,11 @@ impl ApiOptions {
         let dapr = var("DAPR_API_TOKEN")?;
         let rewire = var("REWIRE_API_TOKEN")?;
         let admin = var("REWIRE_ADMIN_TOKEN")?;
+        let to_app = var("APP_API_TOKEN")?;
         Ok(Self {
             app_token: dapr.or(rewire).map(ApiToken::new),
             admin_token: admin.map(ApiToken::new),
+            app_api_token: to_app.map(rewire_runtime::SecretString::new),
             ..Self::default()
         })
     }
@@ -233,7 +242,12 @@ mod tests {
     #[test]
     fn a_token_variable_that_is_not_utf8_is_refused_naming_it() {
         use std::os::unix::ffi::OsStringExt;
-        for bad in ["DAPR_API_TOKEN", "REWIRE_API_TOKEN", "REWIRE_ADMIN_TOKEN"] {
+        for bad in [
+            "DAPR_API_TOKEN",
+            "REWIRE_API_TOKEN",
+            "REWIRE_ADMIN_TOKEN",
+            "APP_API_TOKEN",
+        ] {
             let lookup = |name: &str| match name {
                 name if name == bad => Some(OsString::from_vec(vec![0xff, b'a'])),
                 "DAPR_API_TOKEN" => Some(OsString::from("app")),
@@ -248,10 +262,13 @@ mod tests {
         let taken = ApiOptions::from_vars(|name| match name {
             "REWIRE_API_TOKEN" => Some(OsString::from("app")),
             "REWIRE_ADMIN_TOKEN" => Some(OsString::new()),
+            "APP_API_TOKEN" => Some(OsString::from("to-app")),
             _ => None,
         })
         .expect("text tokens");
         assert!(taken.app_token.is_some() && taken.admin_token.is_none());
+        let to_app = taken.app_api_token.as_ref().map(|t| t.expose());
+        assert_eq!(to_app, Some("to-app"));
     }
 
     /// Zero and overflowing timings are refused naming the field; before,

@@ -138,7 +138,11 @@ async fn serve_until_stopped(
             AppProtocol::Http => rewire::sidecar::app::AppProtocol::Http,
             AppProtocol::Grpc => rewire::sidecar::app::AppProtocol::Grpc,
         };
-        rewire::sidecar::app::AppChannel::local(port).with_protocol(protocol)
+        // Dapr's `APP_API_TOKEN` (read with the other token variables)
+        // goes on every call to the app.
+        rewire::sidecar::app::AppChannel::local(port)
+            .with_protocol(protocol)
+            .with_app_token(options.app_api_token.clone())
     });
     let options = ApiOptions {
         app_channel: app_channel.clone(),

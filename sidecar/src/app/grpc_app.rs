@@ -16,6 +16,8 @@ use std::time::Duration;
 use rewire_runtime::DeliveryOutcome;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use super::callback_call::Delivered;
@@ -75,21 +77,56 @@ impl EventSink for GrpcRoute {
     }
 }
 
+/// The app's channel, each call through it carrying the app token when
+/// one is set ([`SendsAppToken`]).
+pub(super) type AppCalls = InterceptedService<Channel, SendsAppToken>;
+
+/// Puts the app token (Dapr's `APP_API_TOKEN`) on every gRPC call to the
+/// app as its `dapr-api-token` metadata, over whatever the call carries
+/// (a message's own `dapr-…` metadata is never passed on, see
+/// `passed_on`, and could not override it anyway).
+#[derive(Clone, Default)]
+pub(super) struct SendsAppToken(Option<AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for SendsAppToken {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert(crate::auth::APP_TOKEN_HEADER, token.clone());
+        }
+        Ok(request)
+    }
+}
+
 /// The app's two `AppCallback` clients over one channel, and which of them
 /// it serves (Dapr's until found otherwise).
 #[derive(Clone)]
 pub struct GrpcApp {
-    dapr: DaprCallback<Channel>,
-    layotto: LayottoCallback<Channel>,
+    dapr: DaprCallback<AppCalls>,
+    layotto: LayottoCallback<AppCalls>,
     speaks_layotto: Arc<AtomicBool>,
 }
 
 impl GrpcApp {
-    /// The app behind `channel`.
+    /// The app behind `channel` (no app token sent).
     pub fn new(channel: Channel) -> Self {
+        Self::with_token(channel, None)
+    }
+
+    /// The app behind `channel`, `token` sent on every call to it as its
+    /// `dapr-api-token` metadata (marked sensitive).
+    pub(super) fn with_token(channel: Channel, token: Option<AsciiMetadataValue>) -> Self {
+        let token = SendsAppToken(token.map(|mut token| {
+            token.set_sensitive(true);
+            token
+        }));
         Self {
-            dapr: DaprCallback::new(channel.clone()),
-            layotto: LayottoCallback::new(channel),
+            dapr: DaprCallback::with_interceptor(channel.clone(), token.clone()),
+            layotto: LayottoCallback::with_interceptor(channel, token),
             speaks_layotto: Arc::default(),
         }
     }

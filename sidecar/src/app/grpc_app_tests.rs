@@ -355,3 +355,85 @@ async fn the_other_service_timing_out_does_not_switch_the_app_s_flavour() {
     assert_eq!(outcome, DeliveryOutcome::Retry);
     assert_eq!(app.flavour(), Flavour::Dapr);
 }
+
+/// Dapr's `AppCallback` refusing (`UNAUTHENTICATED`) every call whose
+/// `dapr-api-token` metadata is not `token`: it lists one subscription
+/// and acknowledges every event.
+struct RequiringToken {
+    token: &'static str,
+}
+
+impl RequiringToken {
+    fn check<T>(&self, request: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        let presented = request.metadata().get("dapr-api-token");
+        if presented.map(|v| v.as_bytes()) != Some(self.token.as_bytes()) {
+            return Err(tonic::Status::unauthenticated("no app token"));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl pb::app_callback_server::AppCallback for RequiringToken {
+    async fn list_topic_subscriptions(
+        &self,
+        request: tonic::Request<()>,
+    ) -> Result<tonic::Response<pb::ListTopicSubscriptionsResponse>, tonic::Status> {
+        self.check(&request)?;
+        Ok(tonic::Response::new(pb::ListTopicSubscriptionsResponse {
+            subscriptions: vec![pb::TopicSubscription {
+                pubsub_name: "bus".into(),
+                topic: "orders".into(),
+                ..Default::default()
+            }],
+        }))
+    }
+
+    async fn on_topic_event(
+        &self,
+        request: tonic::Request<pb::TopicEventRequest>,
+    ) -> Result<tonic::Response<pb::TopicEventResponse>, tonic::Status> {
+        self.check(&request)?;
+        Ok(tonic::Response::new(pb::TopicEventResponse {
+            status: pb::topic_event_response::TopicEventResponseStatus::Success as i32,
+        }))
+    }
+}
+
+/// With `APP_API_TOKEN` set, every gRPC call to the app carries it as its
+/// `dapr-api-token` metadata (as Dapr), over a publisher's own: the
+/// listing is taken and an event delivered. Before, it was never sent.
+#[tokio::test]
+async fn the_app_token_is_sent_on_every_grpc_call_to_the_app() {
+    let (port, incoming) = free_port().await;
+    let app = RequiringToken { token: "s3cret" };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::app_callback_server::AppCallbackServer::new(app))
+            .serve_with_incoming(incoming),
+    );
+    let channel = super::super::AppChannel::local(port)
+        .with_protocol(super::super::AppProtocol::Grpc)
+        .with_app_token(Some(rewire_runtime::SecretString::new("s3cret")));
+    let Some(super::super::routed::AppTarget::Grpc(app)) =
+        super::super::routed::AppTarget::connect(&channel)
+    else {
+        panic!("a gRPC app");
+    };
+    let Listing::Answered(listed) = bounded(app.list_once(Duration::from_secs(10))).await else {
+        panic!("the listing was refused");
+    };
+    assert_eq!(listed.len(), 1);
+    let message = rewire_runtime::Message {
+        topic: "orders".into(),
+        data: b"x".to_vec(),
+        metadata: std::collections::HashMap::from([(
+            "dapr-api-token".to_string(),
+            "a publisher's".to_string(),
+        )]),
+        ..Default::default()
+    };
+    let event = TopicEvent::of(&message, "bus", "orders");
+    let outcome = bounded(app.deliver("/orders", &event, Duration::from_secs(10))).await;
+    assert_eq!(outcome, DeliveryOutcome::Success);
+}

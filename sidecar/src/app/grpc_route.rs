@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
-use tonic::transport::Channel;
 
 use super::callback_call::{delivered, traced, Delivered};
+use super::grpc_app::AppCalls;
 use super::AppSubscription;
 use crate::dapr::TopicEvent;
 use crate::grpc::proto::dapr::proto::runtime::v1 as pb;
@@ -26,7 +26,7 @@ use pb::topic_event_response::TopicEventResponseStatus;
 /// which the app is told as the call's `grpc-timeout`), or that it does
 /// not implement the call.
 pub(super) async fn on_topic_event(
-    client: &AppCallbackClient<Channel>,
+    client: &AppCallbackClient<AppCalls>,
     path: &str,
     event: &TopicEvent,
     within: Duration,
@@ -58,7 +58,7 @@ pub(super) async fn on_topic_event(
 /// One Dapr `ListTopicSubscriptions`, bounded whole by `within` (no
 /// answer in time is `DEADLINE_EXCEEDED`).
 pub(super) async fn list_once(
-    client: &AppCallbackClient<Channel>,
+    client: &AppCallbackClient<AppCalls>,
     within: Duration,
 ) -> Result<Vec<AppSubscription>, tonic::Status> {
     let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(()))

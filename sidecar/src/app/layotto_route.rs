@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
-use tonic::transport::Channel;
 
 use super::callback_call::{delivered, traced, Delivered};
+use super::grpc_app::AppCalls;
 use super::AppSubscription;
 use crate::dapr::TopicEvent;
 use crate::grpc::layotto_pubsub::metadata_of;
@@ -22,7 +22,7 @@ use pb::topic_event_response::TopicEventResponseStatus;
 /// Delivers `event` with Layotto's `OnTopicEvent`, bounded by `within`;
 /// the status maps as Dapr's (an unknown one is a retry).
 pub(super) async fn on_topic_event(
-    client: &AppCallbackClient<Channel>,
+    client: &AppCallbackClient<AppCalls>,
     event: &TopicEvent,
     within: Duration,
 ) -> Delivered {
@@ -57,7 +57,7 @@ fn request_of(event: &TopicEvent) -> pb::TopicEventRequest {
 /// answer in time is `DEADLINE_EXCEEDED`); at most
 /// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS) taken.
 pub(super) async fn list_once(
-    client: &AppCallbackClient<Channel>,
+    client: &AppCallbackClient<AppCalls>,
     within: Duration,
 ) -> Result<Vec<AppSubscription>, tonic::Status> {
     let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(()))

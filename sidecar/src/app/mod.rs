@@ -28,7 +28,7 @@ mod subscriptions;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use rewire_runtime::Runtime;
+use rewire_runtime::{Runtime, SecretString};
 
 use crate::dapr::{AppConnection, ProgrammaticSubscriptions};
 use tokio::sync::watch;
@@ -75,6 +75,10 @@ pub struct AppChannel {
     pub address: String,
     /// How it is called.
     pub protocol: AppProtocol,
+    /// Sent on every call to the app when set (Dapr's `APP_API_TOKEN`,
+    /// as `dapr-api-token`), so it can tell the sidecar's calls apart.
+    /// Never printed.
+    app_token: Option<SecretString>,
     listed: ProgrammaticSubscriptions,
 }
 
@@ -93,6 +97,7 @@ impl AppChannel {
         Self {
             address: format!("127.0.0.1:{port}"),
             protocol: AppProtocol::Http,
+            app_token: None,
             listed: ProgrammaticSubscriptions::default(),
         }
     }
@@ -111,6 +116,21 @@ impl AppChannel {
     /// The same app, called with `protocol`.
     pub fn with_protocol(self, protocol: AppProtocol) -> Self {
         Self { protocol, ..self }
+    }
+
+    /// The same app, with `token` sent on every call to it as Dapr sends
+    /// `APP_API_TOKEN`: the `dapr-api-token` header (HTTP) or metadata
+    /// (gRPC); none: no token sent.
+    pub fn with_app_token(self, token: Option<SecretString>) -> Self {
+        Self {
+            app_token: token,
+            ..self
+        }
+    }
+
+    /// The token sent on every call to the app ([`Self::with_app_token`]).
+    pub(crate) fn app_token(&self) -> Option<&SecretString> {
+        self.app_token.as_ref()
     }
 
     fn url(&self, path: &str) -> String {

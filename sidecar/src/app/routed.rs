@@ -6,12 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
 use tokio::sync::watch;
+use tonic::metadata::AsciiMetadataValue;
 
 use super::grpc_app::GrpcApp;
 use super::{http_route, AppChannel, AppProtocol, APP_CALL_TIMEOUT};
+use crate::auth::APP_TOKEN_HEADER as APP_TOKEN;
 use crate::dapr::{EventSink, TopicEvent};
 
 /// The app, as events are delivered to it.
@@ -34,6 +37,7 @@ impl AppTarget {
         // when no rustls provider is installed: a library host that serves
         // the app without `rewire::main()` or the APIs installed none.
         crate::crypto::install_ring_provider();
+        let token = app_token_header(channel)?;
         match channel.protocol {
             // Redirects are not followed, as Dapr's app client
             // (`CheckRedirect: http.ErrUseLastResponse`): a `3xx` is the
@@ -43,7 +47,17 @@ impl AppTarget {
             // environment (`HTTP_PROXY`, `ALL_PROXY`, which reqwest reads
             // by default): the app is on this host, and every event and
             // listing would go to the proxy instead.
+            // The app token goes on every call made with the client
+            // (deliveries, the listing, configuration updates) as a
+            // default header: a request's own `dapr-api-token` would win,
+            // but a message's metadata never passes one on (`passed_on`).
             AppProtocol::Http => match reqwest::Client::builder()
+                .default_headers(
+                    token
+                        .iter()
+                        .map(|t| (HeaderName::from_static(APP_TOKEN), t.clone()))
+                        .collect(),
+                )
                 .timeout(APP_CALL_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
                 .no_proxy()
@@ -71,7 +85,20 @@ impl AppTarget {
                 });
                 match endpoint {
                     Ok(endpoint) => {
-                        Some(Self::Grpc(Box::new(GrpcApp::new(endpoint.connect_lazy()))))
+                        let token = match token
+                            .map(|t| AsciiMetadataValue::try_from(t.as_bytes()))
+                            .transpose()
+                        {
+                            Ok(token) => token,
+                            Err(_) => {
+                                tracing::error!(app = %channel.address, "APP_API_TOKEN cannot be sent as gRPC metadata; the app is not called.");
+                                return None;
+                            }
+                        };
+                        Some(Self::Grpc(Box::new(GrpcApp::with_token(
+                            endpoint.connect_lazy(),
+                            token,
+                        ))))
                     }
                     Err(err) => {
                         tracing::error!(error = %err, app = %channel.address, "Cannot address the app over gRPC.");
@@ -88,6 +115,28 @@ impl AppTarget {
                 http_route::post_event(client, &channel.url(path), event, within).await
             }
             Self::Grpc(app) => app.deliver(path, event, within).await,
+        }
+    }
+}
+
+/// The header every call to the app carries: `dapr-api-token: TOKEN`
+/// when `channel` has an app token (Dapr's `APP_API_TOKEN`), marked
+/// sensitive. A token that cannot be a header value (a control character,
+/// non-ASCII text) is said in the log, without its value, and the app is
+/// not called at all (`None`): calls without it would be refused, or
+/// reach an app that expects none.
+fn app_token_header(channel: &AppChannel) -> Option<Option<HeaderValue>> {
+    let Some(token) = channel.app_token() else {
+        return Some(None);
+    };
+    match HeaderValue::from_str(token.expose()) {
+        Ok(mut value) => {
+            value.set_sensitive(true);
+            Some(Some(value))
+        }
+        Err(_) => {
+            tracing::error!(app = %channel.address, "APP_API_TOKEN cannot be sent as a header (it must be visible ASCII text); the app is not called.");
+            None
         }
     }
 }
@@ -135,6 +184,8 @@ impl EventSink for RoutedSink {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+
+    use rewire_runtime::SecretString;
 
     use super::*;
 
@@ -229,6 +280,103 @@ mod tests {
         assert!(!sink.takes(&event()), "no route takes it");
         let outcome = sink.send(&event(), Duration::from_secs(10)).await;
         assert_eq!(outcome, DeliveryOutcome::Retry);
+    }
+
+    /// The token of [`app_requiring_a_token`].
+    const APP_TOKEN_VALUE: &str = "s3cret-app-token";
+
+    /// An app that answers `401` to every request whose `dapr-api-token`
+    /// is not [`APP_TOKEN_VALUE`]: `GET /dapr/subscribe` lists one
+    /// subscription, `POST /orders` acknowledges, any other path answers
+    /// `200`.
+    async fn app_requiring_a_token() -> AppChannel {
+        let app = axum::Router::new()
+            .route(
+                "/dapr/subscribe",
+                axum::routing::get(|| async {
+                    axum::Json(serde_json::json!([
+                        {"pubsubname": "bus", "topic": "orders", "route": "/orders"}
+                    ]))
+                }),
+            )
+            .fallback(|| async { "" })
+            .layer(axum::middleware::from_fn(
+                |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                    let token = request.headers().get(APP_TOKEN).map(|v| v.as_bytes());
+                    if token != Some(APP_TOKEN_VALUE.as_bytes()) {
+                        return axum::http::StatusCode::UNAUTHORIZED.into_response();
+                    }
+                    next.run(request).await
+                },
+            ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("an address").port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        AppChannel::local(port)
+    }
+
+    use axum::response::IntoResponse;
+
+    /// With `APP_API_TOKEN` set, every call to an HTTP app carries it as
+    /// `dapr-api-token` (as Dapr): the listing is taken, an event is
+    /// delivered (a publisher's own `dapr-api-token` metadata does not
+    /// replace it), and a call made with the client, as configuration
+    /// updates are posted, carries it too. Before, it was never sent: the
+    /// app answered `401` to all.
+    #[tokio::test]
+    async fn the_app_token_is_sent_on_every_http_call_to_the_app() {
+        crate::tls::install_ring_provider();
+        let channel = app_requiring_a_token()
+            .await
+            .with_app_token(Some(SecretString::new(APP_TOKEN_VALUE)));
+        let app = AppTarget::connect(&channel).expect("an HTTP client");
+        let AppTarget::Http { client, .. } = &app else {
+            panic!("an HTTP app");
+        };
+        use super::super::subscriptions::{ask_once, Listing};
+        let listing = ask_once(client, &channel.url("dapr/subscribe")).await;
+        let Listing::Answered(listed) = listing else {
+            panic!("the listing was refused");
+        };
+        assert_eq!(listed.len(), 1);
+        let message = rewire_runtime::Message {
+            topic: "orders".into(),
+            data: b"x".to_vec(),
+            metadata: std::collections::HashMap::from([(
+                "dapr-api-token".to_string(),
+                "a publisher's".to_string(),
+            )]),
+            ..Default::default()
+        };
+        let event = TopicEvent::of(&message, "bus", "orders");
+        let outcome = app
+            .deliver("/orders", &event, Duration::from_secs(10))
+            .await;
+        assert_eq!(outcome, DeliveryOutcome::Success);
+        let update = client
+            .post(channel.url("configuration/store/key"))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(update.status(), reqwest::StatusCode::OK);
+        // Without the token, the same app refuses the same event.
+        let untokened =
+            AppTarget::connect(&channel.clone().with_app_token(None)).expect("a client");
+        let outcome = untokened
+            .deliver("/orders", &event, Duration::from_secs(10))
+            .await;
+        assert_eq!(outcome, DeliveryOutcome::Retry);
+    }
+
+    /// A token that cannot be a header value is refused, the app not
+    /// called, and its value never said.
+    #[test]
+    fn an_app_token_that_is_no_header_value_is_refused() {
+        crate::tls::install_ring_provider();
+        let channel = AppChannel::local(1).with_app_token(Some(SecretString::new("a\nb")));
+        assert!(AppTarget::connect(&channel).is_none());
     }
 
     /// Set in the child process the test below runs itself in.

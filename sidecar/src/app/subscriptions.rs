@@ -239,7 +239,7 @@ pub(super) async fn ask_app(
 }
 
 /// One `GET /dapr/subscribe`, bounded by the client's own timeout.
-async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
+pub(super) async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
     let answer = match client.get(url).send().await {
         Ok(answer) => answer,
         Err(err) => return Listing::Unanswered(err.without_url().to_string()),
