@@ -5,14 +5,26 @@
 //! (see [`crate::memory`]), puts under way on it included. A put
 //! reserves its bytes as it reads them, so the files stored and the puts
 //! being read hold no more than `maxTotalSize` together (a put replacing a
-//! file counts on that file's bytes coming free): parallel puts cannot
-//! buffer `maxFileSize` each past the total.
+//! file counts on that file's bytes coming free, unless downloads still
+//! hold them): parallel puts cannot buffer `maxFileSize` each past the
+//! total.
+//!
+//! Each file counts its name and [`ENTRY_OVERHEAD`] bytes besides its
+//! contents (a put reserves them before it reads its body), so files are
+//! bounded in number too: empty files with long names fill the total as
+//! any others. A file replaced or deleted while downloads still read it
+//! keeps counting its contents ("retired") until the last of those
+//! downloads ends, so slow downloads of old versions cannot hold memory
+//! past `maxTotalSize` either: a put finding no room for them is refused,
+//! and the room comes back as they end.
 //!
 //! What is reserved is what is allocated: a put keeps its bytes in pieces
 //! of at most [`CHUNK`] bytes, each reserved as it is allocated (so a put
 //! being read may hold up to one piece more than it has read, never more
 //! than the room left), and the file is stored as those very pieces, never
 //! copied whole nor grown by doubling.
+
+mod contents;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -27,9 +39,22 @@ use rewire_runtime::{
     InitContext, ListPage, ListRequest, Metadata, PendingInPlace, PutFileRequest, StagedInPlace,
 };
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::AsyncWrite;
 
+use self::contents::{Contents, RetiredBytes};
 use super::{copy_bounded, deserialize_size, names, page_size, CHUNK};
+
+/// Bytes each file counts against `maxTotalSize` besides its name and
+/// contents: its map entry, times and bookkeeping. Without it, empty
+/// files with 1,000-byte names grew the store without bound while its
+/// total stayed 0.
+pub const ENTRY_OVERHEAD: u64 = 64;
+
+/// What a file named `name` holding `len` bytes counts against
+/// `maxTotalSize`.
+fn entry_size(name: &str, len: u64) -> u64 {
+    name.len() as u64 + ENTRY_OVERHEAD + len
+}
 
 /// Go's `os.FileMode` of a folder with permissions 0755 (`ModeDir` is bit
 /// 31), as a `local` stat of one answers it.
@@ -42,7 +67,9 @@ pub struct MemoryFileMetadata {
     /// Largest file, in bytes.
     #[serde(deserialize_with = "deserialize_size")]
     pub max_file_size: u64,
-    /// Largest sum of all files, in bytes.
+    /// Largest sum of all files, in bytes: each one's contents, name and
+    /// [`ENTRY_OVERHEAD`], with the puts being read and the contents of
+    /// replaced or deleted files still being downloaded.
     #[serde(deserialize_with = "deserialize_size")]
     pub max_total_size: u64,
 }
@@ -56,54 +83,6 @@ impl Default for MemoryFileMetadata {
     }
 }
 
-/// A file's contents: the pieces its put read them into, each allocated
-/// at exactly the size it holds.
-#[derive(Debug, Clone)]
-struct Contents {
-    pieces: Arc<[Box<[u8]>]>,
-    len: u64,
-}
-
-impl Contents {
-    /// Bytes held.
-    fn len(&self) -> u64 {
-        self.len
-    }
-}
-
-/// Reads [`Contents`] from its start: a get's body.
-struct ContentsReader {
-    contents: Contents,
-    /// The piece being read.
-    piece: usize,
-    /// Where in that piece.
-    offset: usize,
-}
-
-impl AsyncRead for ContentsReader {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        while buf.remaining() > 0 {
-            let Some(piece) = this.contents.pieces.get(this.piece) else {
-                break;
-            };
-            let rest = &piece[this.offset..];
-            let taken = rest.len().min(buf.remaining());
-            buf.put_slice(&rest[..taken]);
-            this.offset += taken;
-            if this.offset == piece.len() {
-                this.piece += 1;
-                this.offset = 0;
-            }
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
 #[derive(Debug)]
 struct Stored {
     data: Contents,
@@ -113,27 +92,75 @@ struct Stored {
 #[derive(Debug, Default)]
 struct Files {
     by_name: BTreeMap<String, Stored>,
+    /// What the stored files count: each one's [`entry_size`].
     total: u64,
-    /// Bytes read by puts not yet stored (or failed).
+    /// Bytes reserved by puts not yet stored (or failed): their entries
+    /// and what they have read.
     reading: u64,
+    /// Contents of replaced or deleted files that downloads still hold.
+    retired: RetiredBytes,
 }
 
-/// The bytes a put has read and not yet stored: let go of when it ends,
-/// stored or not.
+impl Files {
+    /// Bytes the stored files and the retired contents would count with
+    /// `name` holding `size` (its [`entry_size`]; 0: not stored) in place
+    /// of what it holds now. Contents a download still reads are not
+    /// freed by the replacement: they are retired.
+    fn stored_with(&self, name: &str, size: u64) -> u64 {
+        let freed = self.by_name.get(name).map_or(0, |old| {
+            let whole = entry_size(name, old.data.len());
+            if old.data.being_read() {
+                whole - old.data.len()
+            } else {
+                whole
+            }
+        });
+        self.total - freed + size + self.retired.get()
+    }
+
+    /// Takes `old`, just replaced or removed under `name`, off the total;
+    /// its contents are retired while downloads still hold them.
+    fn forget(&mut self, name: &str, old: Stored) {
+        self.total -= entry_size(name, old.data.len());
+        self.retired.retire(old.data);
+    }
+}
+
+/// The bytes a put has reserved and not yet stored: let go of when it
+/// ends, stored or not.
 struct Reading<'a> {
     store: &'a MemoryFileStore,
+    /// For the file's entry: its name and [`ENTRY_OVERHEAD`].
+    entry: u64,
+    /// For its contents.
     bytes: u64,
 }
 
 impl Reading<'_> {
-    /// Takes between `least` and `most` more bytes for `name`, as many as
-    /// the stored files and every put being read leave free under `limit`
-    /// (the file `name` replaces counted as gone); refused when fewer than
-    /// `least` are. Answers the bytes taken.
+    /// Reserves the entry of the file `name` (its [`entry_size`] when
+    /// empty), before its body is read: refused when it does not fit.
+    fn reserve_entry(&mut self, name: &str, limit: u64) -> Result<(), FileError> {
+        let size = entry_size(name, 0);
+        self.entry += self.take(name, size, size, limit)?;
+        Ok(())
+    }
+
+    /// Takes between `least` and `most` more bytes for `name`'s contents,
+    /// as many as the stored files, the retired contents and every put
+    /// being read leave free under `limit` (the file `name` replaces
+    /// counted as gone, but for contents still being downloaded);
+    /// refused when fewer than `least` are. Answers the bytes taken.
     fn grow(&mut self, name: &str, least: u64, most: u64, limit: u64) -> Result<u64, FileError> {
+        let more = self.take(name, least, most, limit)?;
+        self.bytes += more;
+        Ok(more)
+    }
+
+    /// Reserves between `least` and `most` bytes for `name` (see
+    /// [`Self::grow`]).
+    fn take(&self, name: &str, least: u64, most: u64, limit: u64) -> Result<u64, FileError> {
         let mut files = self.store.files();
-        let replaced = files.by_name.get(name).map_or(0, |old| old.data.len());
-        let held = files.total - replaced + files.reading;
+        let held = files.stored_with(name, 0) + files.reading;
         let room = limit.saturating_sub(held);
         if room < least {
             return Err(FileError::TooLarge {
@@ -143,19 +170,18 @@ impl Reading<'_> {
         }
         let more = most.max(least).min(room);
         files.reading += more;
-        self.bytes += more;
         Ok(more)
     }
 
     /// Lets go of the reservation, under `files`' lock.
     fn end(&mut self, files: &mut Files) {
-        files.reading -= std::mem::take(&mut self.bytes);
+        files.reading -= std::mem::take(&mut self.bytes) + std::mem::take(&mut self.entry);
     }
 }
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        if self.bytes > 0 {
+        if self.bytes + self.entry > 0 {
             let mut files = self.store.files();
             self.end(&mut files);
         }
@@ -182,7 +208,11 @@ impl<'a> PutBuffer<'a> {
     /// An empty buffer for a put of `name` to `store`, within `limits`.
     fn new(store: &'a MemoryFileStore, name: String, limits: MemoryFileMetadata) -> Self {
         Self {
-            reading: Reading { store, bytes: 0 },
+            reading: Reading {
+                store,
+                entry: 0,
+                bytes: 0,
+            },
             name,
             limits,
             filled: Vec::new(),
@@ -228,11 +258,7 @@ impl<'a> PutBuffer<'a> {
         if !last.is_empty() {
             self.filled.push(last.into_boxed_slice());
         }
-        let contents = Contents {
-            pieces: self.filled.into(),
-            len: self.len,
-        };
-        (contents, self.reading)
+        (Contents::new(self.filled, self.len), self.reading)
     }
 
     /// Bytes allocated for contents: the pieces' capacities.
@@ -411,6 +437,7 @@ impl FileStore for MemoryFileStore {
         let limits = self.limits();
         let max_total_size = limits.max_total_size;
         let mut buffer = PutBuffer::new(self, req.name.clone(), limits.clone());
+        buffer.reading.reserve_entry(&req.name, max_total_size)?;
         // The buffer reserves as it allocates.
         let copied = copy_bounded(
             &req.name,
@@ -427,9 +454,8 @@ impl FileStore for MemoryFileStore {
         let mut files = self.files();
         reading.end(&mut files);
         Self::refuse_clash(&files, &req.name, true)?;
-        let replaced = files.by_name.get(&req.name).map_or(0, |old| old.data.len());
-        let total = files.total - replaced + data.len();
-        if total > max_total_size {
+        let size = entry_size(&req.name, data.len());
+        if files.stored_with(&req.name, size) > max_total_size {
             return Err(FileError::TooLarge {
                 name: req.name,
                 limit: max_total_size,
@@ -440,8 +466,10 @@ impl FileStore for MemoryFileStore {
             modified: SystemTime::now(),
         };
         let info = Self::info(&req.name, &stored);
-        files.by_name.insert(req.name, stored);
-        files.total = total;
+        if let Some(old) = files.by_name.insert(req.name, stored) {
+            files.forget(&info.name, old);
+        }
+        files.total += size;
         Ok(info)
     }
 
@@ -455,11 +483,7 @@ impl FileStore for MemoryFileStore {
             .ok_or_else(|| FileError::NotFound(name.to_string()))?;
         Ok(FileRead {
             info: Self::info(name, stored),
-            body: Box::pin(ContentsReader {
-                contents: stored.data.clone(),
-                piece: 0,
-                offset: 0,
-            }),
+            body: Box::pin(stored.data.reader()),
         })
     }
 
@@ -508,7 +532,7 @@ impl FileStore for MemoryFileStore {
             .by_name
             .remove(name)
             .ok_or_else(|| FileError::NotFound(name.to_string()))?;
-        files.total -= removed.data.len();
+        files.forget(name, removed);
         Ok(())
     }
 }
@@ -517,7 +541,7 @@ impl FileStore for MemoryFileStore {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
     /// Read sizes a body may come in: tiny frames, whole chunks, and what
     /// lies between.
@@ -642,7 +666,8 @@ mod tests {
         assert_eq!(info.size, data.len() as u64);
         {
             let files = store.files();
-            assert_eq!((files.total, files.reading), (data.len() as u64, 0));
+            let size = entry_size("dir/f", data.len() as u64);
+            assert_eq!((files.total, files.reading), (size, 0));
             assert!(files.by_name["dir/f"].data.pieces.len() > 1);
         }
         // Read back in small reads, crossing the pieces' ends.
@@ -669,21 +694,76 @@ mod tests {
 
     #[tokio::test]
     async fn a_file_filling_the_total_exactly_fits_though_a_whole_piece_would_not() {
-        // The second piece may only take the room left: 34,464 bytes.
-        let store = store(1 << 20, 100_000);
+        // Room for 100,000 bytes besides the file's entry: the second piece
+        // may only take the room left, 34,464 bytes.
+        let limit = 100_000 + entry_size("f", 0);
+        let store = store(1 << 20, limit);
         let info = store.put(put_request("f", pattern(100_000))).await.unwrap();
         assert_eq!(info.size, 100_000);
-        let over = store.put(put_request("g", pattern(1))).await;
+        let over = store.put(put_request("g", Vec::new())).await;
         assert!(
-            matches!(over, Err(FileError::TooLarge { limit: 100_000, .. })),
+            matches!(over, Err(FileError::TooLarge { limit: l, .. }) if l == limit),
             "{over:?}"
         );
         let over = store.put(put_request("f", pattern(100_001))).await;
         assert!(
-            matches!(over, Err(FileError::TooLarge { limit: 100_000, .. })),
+            matches!(over, Err(FileError::TooLarge { limit: l, .. }) if l == limit),
             "{over:?}"
         );
         let files = store.files();
-        assert_eq!((files.total, files.reading), (100_000, 0));
+        assert_eq!((files.total, files.reading), (limit, 0));
+    }
+
+    /// Whether `answer` is a refusal naming `limit`.
+    fn too_large(answer: &Result<FileInfo, FileError>, limit: u64) -> bool {
+        matches!(answer, Err(FileError::TooLarge { limit: l, .. }) if *l == limit)
+    }
+
+    /// All a download gives.
+    async fn read_whole(mut body: rewire_runtime::FileBody) -> Vec<u8> {
+        let mut read = Vec::new();
+        body.read_to_end(&mut read).await.unwrap();
+        read
+    }
+
+    #[tokio::test]
+    async fn contents_still_downloaded_after_a_put_or_delete_count_until_the_download_ends() {
+        // Room for 100 bytes besides one file's entry, 60 at most a file.
+        let limit = 100 + entry_size("a", 0);
+        let store = store(60, limit);
+        let old = vec![1; 60];
+        store.put(put_request("a", old.clone())).await.unwrap();
+        // A slow download of `a`: its 60 bytes stay held while it lives,
+        // so 60 more for a new `a` do not fit.
+        let download = store.get("a").await.unwrap().body;
+        let again = store.put(put_request("a", vec![2; 60])).await;
+        assert!(too_large(&again, limit), "{again:?}");
+        assert_eq!(store.files().reading, 0);
+        drop(download);
+        store.put(put_request("a", vec![2; 60])).await.unwrap();
+
+        // Deleted while downloaded: retired until the download ends.
+        let download = store.get("a").await.unwrap().body;
+        store.delete("a").await.unwrap();
+        {
+            let files = store.files();
+            assert_eq!((files.total, files.retired.get()), (0, 60));
+        }
+        let other = store.put(put_request("b", vec![3; 60])).await;
+        assert!(too_large(&other, limit), "{other:?}");
+        assert_eq!(read_whole(download).await, vec![2; 60]);
+        assert_eq!(store.files().retired.get(), 0);
+        store.put(put_request("b", vec![3; 60])).await.unwrap();
+
+        // Replaced while downloaded, with room for both: the download
+        // reads the old contents, counted until it ends.
+        let store = self::store(60, 2 * limit);
+        store.put(put_request("a", old.clone())).await.unwrap();
+        let download = store.get("a").await.unwrap().body;
+        store.put(put_request("a", vec![2; 60])).await.unwrap();
+        assert_eq!(store.files().retired.get(), 60);
+        assert_eq!(read_whole(download).await, old);
+        let files = store.files();
+        assert_eq!((files.total, files.retired.get()), (entry_size("a", 60), 0));
     }
 }

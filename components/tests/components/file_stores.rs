@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use rewire_components::file_store::memory::ENTRY_OVERHEAD;
 use rewire_runtime::{FileError, FileStore, Instance, ListRequest, PutFileRequest};
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
@@ -372,7 +373,9 @@ async fn a_100_mb_file_streams_through_within_the_bound() {
 
 #[tokio::test]
 async fn the_memory_store_bounds_each_file_and_the_total() {
-    let store = store("memory", json!({"maxFileSize": 4, "maxTotalSize": 6})).await;
+    // Room for 6 bytes of contents besides two one-letter files' entries.
+    const TOTAL: u64 = 6 + 2 * (1 + ENTRY_OVERHEAD);
+    let store = store("memory", json!({"maxFileSize": 4, "maxTotalSize": TOTAL})).await;
     store.put(put("a", b"1234")).await.unwrap();
     assert!(matches!(
         store.put(put("b", b"12345")).await,
@@ -380,7 +383,7 @@ async fn the_memory_store_bounds_each_file_and_the_total() {
     ));
     assert!(matches!(
         store.put(put("b", b"123")).await,
-        Err(FileError::TooLarge { limit: 6, .. })
+        Err(FileError::TooLarge { limit: TOTAL, .. })
     ));
     store.put(put("a", b"12")).await.unwrap();
     store.put(put("b", b"1234")).await.unwrap();
@@ -450,7 +453,10 @@ async fn until_read(read: &AtomicUsize, bytes: usize) {
 #[tokio::test]
 async fn memory_puts_being_read_count_against_the_total() {
     use tokio::io::AsyncWriteExt;
-    let store = store("memory", json!({"maxFileSize": 100, "maxTotalSize": 150})).await;
+    // Room for 150 bytes of contents besides the entries of `first` and
+    // `third` (each put reserves its entry before it reads).
+    const TOTAL: u64 = 150 + 2 * ENTRY_OVERHEAD + 5 + 5;
+    let store = store("memory", json!({"maxFileSize": 100, "maxTotalSize": TOTAL})).await;
     // A put that has read 80 bytes and waits for more.
     let (mut writer, read, first) = piped_put(&store, "first");
     writer.write_all(&[1; 80]).await.unwrap();
@@ -458,7 +464,7 @@ async fn memory_puts_being_read_count_against_the_total() {
     // A second put of 80 would hold 160 with it: refused as it reads.
     let second = store.put(put("second", &[2; 80])).await;
     assert!(
-        matches!(second, Err(FileError::TooLarge { limit: 150, .. })),
+        matches!(second, Err(FileError::TooLarge { limit: TOTAL, .. })),
         "{second:?}"
     );
     drop(writer);
@@ -467,17 +473,54 @@ async fn memory_puts_being_read_count_against_the_total() {
     store.put(put("third", &[3; 70])).await.unwrap();
     // A put replacing a file counts on its bytes coming free.
     store.put(put("first", &[4; 80])).await.unwrap();
-    // A put refused while reading lets go of what it had read.
+    // A delete makes room for `fifth`'s 70 bytes; a put of 71 (under a
+    // longer name) is refused as it reads, and lets go of what it read.
+    store.delete("third").await.unwrap();
     let (mut writer, read, refused) = piped_put(&store, "fourth");
     writer.write_all(&[5; 60]).await.unwrap();
     until_read(&read, 60).await;
+    writer.write_all(&[5; 11]).await.unwrap();
     drop(writer);
     assert!(matches!(
         refused.await.unwrap(),
-        Err(FileError::TooLarge { limit: 150, .. })
+        Err(FileError::TooLarge { limit: TOTAL, .. })
     ));
-    store.delete("third").await.unwrap();
     store.put(put("fifth", &[6; 70])).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_memory_store_counts_each_files_name_and_entry_so_empty_files_are_bounded() {
+    // A client putting empty files under new 1,000-byte names in a loop:
+    // each counts its name and entry, so the total bounds their number.
+    const TOTAL: u64 = 1 << 20;
+    let store = store("memory", json!({ "maxTotalSize": TOTAL })).await;
+    let name = |i: usize| {
+        let filler = |c: &str| c.repeat(249);
+        format!("{i:0>250}/{}/{}/{}", filler("b"), filler("c"), filler("d"))
+    };
+    assert_eq!(name(0).len(), 1_000);
+    let mut stored = 0;
+    let refused = loop {
+        assert!(
+            stored < 2_000,
+            "2,000 empty files with 1,000-byte names all stored in 1 MiB"
+        );
+        match store.put(put(&name(stored), b"")).await {
+            Ok(info) => {
+                assert_eq!(info.size, 0);
+                stored += 1;
+            }
+            Err(refused) => break refused,
+        }
+    };
+    assert!(
+        matches!(refused, FileError::TooLarge { limit: TOTAL, .. }),
+        "{refused:?}"
+    );
+    assert_eq!(stored as u64, TOTAL / (1_000 + ENTRY_OVERHEAD));
+    // A delete makes room again.
+    store.delete(&name(0)).await.unwrap();
+    store.put(put(&name(stored), b"")).await.unwrap();
 }
 
 fn temp_files(root: &std::path::Path) -> Vec<String> {
