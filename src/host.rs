@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::ops::Deref;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,7 +34,10 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 
 /// A [`Runtime`] started from a file and following it: every edit of the
 /// file is validated and applied as a reload, until [`Host::shutdown`].
-/// Derefs to the runtime, so everything `Runtime` offers is at hand.
+/// Derefs to the runtime, so everything `Runtime` offers is at hand, but
+/// for what the host shadows: [`Host::component`] (kind and name, typed)
+/// hides [`Runtime::component`] (by key); reach that one through
+/// [`Host::runtime`]: `host.runtime().component(key)`.
 ///
 /// With the `sidecar` feature, spans are exported as `rewire run` exports
 /// them: as the `OTEL_*` variables and the file's `tracing` section say,
@@ -46,7 +50,9 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 /// runtime it is dropped in: its components are closed (their readers,
 /// watchers and locks' keep-alives end) rather than left running beside
 /// the next host. On a multi-thread runtime the drop waits for it (so a
-/// host dropped as `main` returns is closed before the runtime ends); on a
+/// host dropped as `main` returns is closed before the runtime ends), in
+/// a `LocalSet` too (where tokio refuses to block in place: a helper
+/// thread waits then, while the runtime's workers close); on a
 /// current-thread runtime it cannot wait, and the shutdown runs in the
 /// background, to its end only if the runtime keeps running.
 ///
@@ -63,6 +69,8 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 ///     let host = Host::start("rewire.json").await?;
 ///     // Typed access to a component of your own, in the current generation.
 ///     let greeter = host.component::<Greeter>("greeter", "hi");
+///     // The runtime's untyped handle by key (shadowed by the above).
+///     let handle = host.runtime().component(ComponentKey::new("greeter", "hi"));
 ///     host.run_until_stopped().await;
 ///     Ok(())
 /// }
@@ -178,8 +186,11 @@ impl Host {
 impl Drop for Host {
     /// A host whose shutdown never started runs it on the current tokio
     /// runtime (its components' tasks run there): waiting for it on a
-    /// multi-thread runtime, in the background on a current-thread one
-    /// (where blocking would stop the very tasks it waits for). Outside of
+    /// multi-thread runtime (on a helper thread in a `LocalSet` driven by
+    /// `block_on`, where blocking in place panics), in the background on a
+    /// current-thread one (where blocking would stop the very tasks it
+    /// waits for). It never panics (a panic in a drop while another
+    /// unwinds aborts the process). Outside of
     /// a runtime, or while it shuts down, it can only stop the reloads and
     /// say so.
     fn drop(&mut self) {
@@ -212,12 +223,7 @@ impl Drop for Host {
         }
         if tokio.runtime_flavor() == RuntimeFlavor::MultiThread {
             tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown`; closing its components before the drop returns.");
-            // The runtime's other workers run the shutdown (and this
-            // worker's tasks) while this thread waits.
-            let closed = tokio::task::block_in_place(|| tokio.block_on(closing));
-            if let Err(error) = closed {
-                log_unfinished(&error);
-            }
+            wait_for_shutdown(&tokio, closing);
         } else {
             tracing::error!(bound = ?CLOSE_BOUND, "A Host was dropped without `Host::shutdown` on a current-thread tokio runtime; closing its components in the background, which completes only if the runtime keeps running.");
         }
@@ -236,6 +242,39 @@ impl Host {
 fn spawn_shutdown(tokio: &Handle, runtime: &Runtime) -> JoinHandle<usize> {
     let runtime = runtime.clone();
     tokio.spawn(async move { shut_down_within(&runtime, CLOSE_BOUND).await }.in_current_span())
+}
+
+/// Waits, on this thread, for `closing` (a task of the multi-thread
+/// runtime `tokio`) without ever panicking: a drop's panic while a panic
+/// unwinds would abort the process.
+///
+/// On a worker, the runtime's other workers run the shutdown (and this
+/// worker's tasks, handed over) while this thread blocks in place. tokio
+/// refuses that off its workers where blocking is not allowed (in a
+/// `LocalSet`'s `run_until` or one of its `spawn_local` tasks, driven by
+/// `block_on`): the refusal, raised before anything else, is caught, and
+/// a helper thread waits instead. This thread is no worker there, so the
+/// shutdown task (in the runtime's shared queue) runs on the workers
+/// while it waits.
+fn wait_for_shutdown(tokio: &Handle, mut closing: JoinHandle<usize>) {
+    let in_place = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        tokio::task::block_in_place(|| tokio.block_on(&mut closing))
+    }));
+    let closed = in_place.or_else(|_refused| {
+        tracing::debug!("Blocking in place refused (a LocalSet off the workers): waiting for the Host's shutdown on a helper thread.");
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| tokio.block_on(&mut closing))
+                .join()
+        })
+    });
+    match closed {
+        Ok(Ok(_abandoned)) => {}
+        Ok(Err(error)) => log_unfinished(&error),
+        Err(_panic) => tracing::error!(
+            "Waiting for the Host's shutdown failed; some components may not be closed."
+        ),
+    }
 }
 
 /// Polls `task` once, without a waker to call back.

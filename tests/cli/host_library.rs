@@ -210,6 +210,83 @@ fn a_host_dropped_as_main_returns_closes_its_components_before_the_runtime_ends(
     );
 }
 
+/// Set when a [`ClosedInLocalSet`] is closed.
+static CLOSED_IN_LOCAL_SET: AtomicBool = AtomicBool::new(false);
+
+/// Records its close, 100 ms after it is asked.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.closed-in-local-set")]
+struct ClosedInLocalSet {}
+
+#[async_trait]
+impl Component for ClosedInLocalSet {
+    async fn close(&self) -> Result<(), ComponentError> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        CLOSED_IN_LOCAL_SET.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A host dropped in a `LocalSet`'s `run_until` on a multi-thread runtime
+/// (where tokio refuses to block in place) neither panics nor leaves its
+/// components running: the drop waits on a helper thread until they are
+/// closed. Before, the drop panicked ("can call blocking only when running
+/// on the multi-threaded runtime"), an abort were it unwinding already.
+#[test]
+fn a_host_dropped_in_a_local_set_closes_its_components_without_panicking() {
+    let (_dir, config) = config_file(
+        r#"{"components": {"probe": {"local": {"type": "test.host.closed-in-local-set"}}}}"#,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let closed_by_drop = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
+        let host = rewire::Host::start(&config).await.unwrap();
+        drop(host);
+        CLOSED_IN_LOCAL_SET.load(Ordering::SeqCst)
+    }));
+    assert!(closed_by_drop, "the component was not closed by the drop");
+}
+
+/// Set in the child process of the unwinding `LocalSet` test.
+const UNWINDING_CHILD: &str = "REWIRE_TEST_HOST_UNWINDING_LOCAL_SET_CHILD";
+
+/// A host dropped in a `LocalSet`'s `run_until` while a panic unwinds (a
+/// panic between its start and its shutdown) lets the panic go on to be
+/// caught. Before, the drop panicked again, which aborted the process. In
+/// a fresh process, whose abort fails the test alone.
+#[test]
+fn a_host_dropped_in_a_local_set_while_a_panic_unwinds_does_not_abort() {
+    if !child::is_child(UNWINDING_CHILD) {
+        let parent = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        return parent.block_on(child::run_alone(
+            "host_library::a_host_dropped_in_a_local_set_while_a_panic_unwinds_does_not_abort",
+            UNWINDING_CHILD,
+            &[],
+            &[],
+        ));
+    }
+    let (_dir, config) = config_file(r#"{"components": {"state": {"cache": {"type": "memory"}}}}"#);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let caught = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
+        let host = rewire::Host::start(&config).await.unwrap();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _host = host;
+            panic!("an error between the host's start and its shutdown");
+        }))
+    }));
+    assert!(caught.is_err(), "the panic was not caught");
+}
+
 /// A host held by a task the multi-thread runtime drops as it shuts down
 /// neither panics nor holds the runtime's end: with the runtime going,
 /// its drop can only stop the reloads and say so.
