@@ -16,7 +16,7 @@ use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
 use super::tls::tests::{https_collector, server_config};
 use super::{keep_following, ExportTlsFiles, SamplerChoice, Telemetry, TraceSettings};
 
-fn settings(endpoint: &str, ca: Option<&Path>) -> TraceSettings {
+pub(super) fn settings(endpoint: &str, ca: Option<&Path>) -> TraceSettings {
     TraceSettings {
         endpoint: Some(endpoint.to_string()),
         protocol: OtelProtocol::Http,
@@ -30,7 +30,7 @@ fn settings(endpoint: &str, ca: Option<&Path>) -> TraceSettings {
     }
 }
 
-const ENDPOINT: &str = "https://localhost:4318/v1/traces";
+pub(super) const ENDPOINT: &str = "https://localhost:4318/v1/traces";
 
 /// A pipeline of its own: the process's stays off for the other tests.
 fn pipeline() -> Telemetry {
@@ -38,12 +38,12 @@ fn pipeline() -> Telemetry {
     Telemetry::new(Arc::default())
 }
 
-fn on(telemetry: &Telemetry) -> bool {
+pub(super) fn on(telemetry: &Telemetry) -> bool {
     telemetry.enabled.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The exporter in force (compared by address: rebuilt or not).
-fn exporter_in_force(telemetry: &Telemetry) -> Option<usize> {
+pub(super) fn exporter_in_force(telemetry: &Telemetry) -> Option<usize> {
     telemetry
         .exporter
         .borrow()
@@ -52,7 +52,7 @@ fn exporter_in_force(telemetry: &Telemetry) -> Option<usize> {
 }
 
 /// Runs `f` with the logs it writes captured.
-fn logs_of(f: impl FnOnce()) -> String {
+pub(super) fn logs_of(f: impl FnOnce()) -> String {
     #[derive(Clone, Default)]
     struct Captured(Arc<Mutex<Vec<u8>>>);
     impl Write for Captured {
@@ -176,7 +176,7 @@ async fn following_rereads_the_files_without_a_reload() {
     );
 }
 
-fn calls_traced(telemetry: &Telemetry) -> bool {
+pub(super) fn calls_traced(telemetry: &Telemetry) -> bool {
     telemetry.calls.load(std::sync::atomic::Ordering::Relaxed)
 }
 

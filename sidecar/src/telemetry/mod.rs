@@ -9,7 +9,9 @@
 //!   TLS files are also re-read every few seconds, so a rotated
 //!   certificate or a CA mounted late is taken up (a bad new file keeps
 //!   the exporter in force; new settings meanwhile are applied with the
-//!   last good files).
+//!   last good files). Each read runs on a thread of its own and is given
+//!   up after 5 s ([`tls_reads`]): a hung mount holds neither start-up
+//!   nor the follower, and counts as a bad file until the read returns.
 //! * [`propagation`]: W3C `traceparent` in (HTTP and gRPC) and out
 //!   (CloudEvents), and the span of an API call.
 //!
@@ -20,14 +22,17 @@
 
 mod export;
 #[cfg(test)]
+mod hung_tls_tests;
+#[cfg(test)]
 mod live_tls_tests;
 pub mod propagation;
 mod sampler;
 mod settings;
 mod stats;
 mod tls;
+mod tls_reads;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -48,6 +53,7 @@ pub use tls::ExportTlsFiles;
 use export::{Exporter, QueueProcessor};
 use sampler::LiveSampler;
 use tls::{ExportTls, TlsContents, TlsFingerprint};
+use tls_reads::TlsReads;
 
 /// How often the export TLS files are read again while they are
 /// configured (besides after every reload).
@@ -70,6 +76,15 @@ struct Telemetry {
     flushes: mpsc::Sender<oneshot::Sender<()>>,
     flush_requests: Mutex<Option<mpsc::Receiver<oneshot::Sender<()>>>>,
     applied: Mutex<Option<Applied>>,
+    /// Reads the export TLS files, bounded in time, outside `applied`'s
+    /// lock.
+    tls_reads: TlsReads,
+    /// The number of the next apply: an apply whose files were read
+    /// before a later one was put in force is not (its settings are
+    /// older).
+    next_apply: AtomicU64,
+    /// The number of the last apply put in force (under `applied`'s lock).
+    last_applied: AtomicU64,
     stats: Arc<TraceStats>,
 }
 
@@ -99,6 +114,11 @@ fn telemetry() -> &'static Telemetry {
 
 impl Telemetry {
     fn new(stats: Arc<TraceStats>) -> Self {
+        Self::with_tls_reads(stats, TlsReads::default())
+    }
+
+    /// A pipeline reading its export TLS files with `tls_reads`.
+    fn with_tls_reads(stats: Arc<TraceStats>, tls_reads: TlsReads) -> Self {
         let capacity = env_number("OTEL_BSP_MAX_QUEUE_SIZE")
             .map_or(export::DEFAULT_QUEUE, |n| n.clamp(1, 65_536) as usize);
         let (processor, queue) = QueueProcessor::new(capacity, stats.clone());
@@ -118,6 +138,9 @@ impl Telemetry {
             flushes,
             flush_requests: Mutex::new(Some(flush_requests)),
             applied: Mutex::new(None),
+            tls_reads,
+            next_apply: AtomicU64::new(1),
+            last_applied: AtomicU64::new(0),
             stats,
         }
     }
@@ -201,14 +224,46 @@ fn span_wanted(metadata: &Metadata<'_>, on: bool, calls: bool) -> bool {
 
 /// Puts `settings` in force (a no-op when they already are and their TLS
 /// files did not change). Must run inside a Tokio runtime: the export task
-/// is spawned on first use. Reads the TLS files: may block on a slow disk.
+/// is spawned on first use. Reads the TLS files on a thread of their own,
+/// waiting at most 5 s for them (a hung mount: the settings are applied
+/// as if the files were unreadable, and they are read again once that
+/// read returns).
 pub fn apply(settings: &TraceSettings) {
     telemetry().apply(settings);
 }
 
 impl Telemetry {
+    /// [`apply`]: waits here (at most the read deadline) for the files.
     fn apply(&self, settings: &TraceSettings) {
+        let number = self.next_apply.fetch_add(1, Ordering::Relaxed);
+        let read = exports(settings).then(|| self.tls_reads.read_blocking(&settings.tls));
+        self.apply_read(number, settings, read);
+    }
+
+    /// [`apply`] without holding the async worker while the files are read.
+    async fn apply_off_workers(&self, settings: &TraceSettings) {
+        let number = self.next_apply.fetch_add(1, Ordering::Relaxed);
+        let read = if exports(settings) {
+            Some(self.tls_reads.read(&settings.tls).await)
+        } else {
+            None
+        };
+        self.apply_read(number, settings, read);
+    }
+
+    /// Puts `settings` in force with their TLS files as `read` (`None`:
+    /// not read, as nothing is exported); `number`: the apply's, older
+    /// than one in force already: nothing is done. No file is read here.
+    fn apply_read(
+        &self,
+        number: u64,
+        settings: &TraceSettings,
+        read: Option<Result<TlsContents, String>>,
+    ) {
         let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        if self.last_applied.fetch_max(number, Ordering::Relaxed) > number {
+            return;
+        }
         self.start_export_task();
         let unchanged = applied.as_ref().is_some_and(|a| a.settings == *settings);
         let was_on = applied.as_ref().is_some_and(|a| a.settings.enabled());
@@ -224,7 +279,7 @@ impl Telemetry {
             return;
         };
         let shown = rewire_runtime::without_credentials(endpoint);
-        let read = settings.tls.read();
+        let read = read.unwrap_or_else(|| Err("the TLS files were not read".to_string()));
         let seen = read
             .as_ref()
             .map(TlsContents::fingerprint)
@@ -299,7 +354,7 @@ impl Telemetry {
         let shown =
             rewire_runtime::without_credentials(settings.endpoint.as_deref().unwrap_or_default());
         if unchanged && self.exporter.borrow().is_some() {
-            tracing::warn!(endpoint = %shown, %error, "Tracing: the changed TLS files are refused; the exporter in force stays.");
+            tracing::warn!(endpoint = %shown, %error, "Tracing: the TLS files are refused; the exporter in force stays.");
         } else {
             tracing::warn!(endpoint = %shown, %error, "Cannot export spans; tracing stays off.");
         }
@@ -367,6 +422,11 @@ impl Telemetry {
     }
 }
 
+/// Whether `settings` export spans (their TLS files are then read).
+fn exports(settings: &TraceSettings) -> bool {
+    settings.enabled() && settings.endpoint.is_some()
+}
+
 /// Whether `settings` export with TLS files, which are then re-read every
 /// [`RECHECK_TLS_EVERY`].
 fn follows_tls_files(settings: &TraceSettings) -> bool {
@@ -410,18 +470,33 @@ impl Drop for Following {
 /// Applies the settings for `runtime` now, after every reload and, while
 /// they export with TLS files, every [`RECHECK_TLS_EVERY`] (a rotated
 /// file is taken up without a reload), until the returned [`Following`]
-/// is dropped. Must run inside a Tokio runtime.
+/// is dropped. Must run inside a Tokio runtime. Waits at most 5 s for the
+/// TLS files (a hung mount: tracing starts off and the files are read
+/// again by the follower).
 pub fn follow(runtime: &Runtime) -> Following {
     let reloads = runtime.reload_events();
-    let settings = settings_for(runtime);
-    apply(&settings);
     let runtime = runtime.clone();
-    Following(tokio::spawn(keep_following(
+    follow_with(
         telemetry(),
         reloads,
-        settings,
         move || settings_for(&runtime),
         RECHECK_TLS_EVERY,
+    )
+}
+
+/// [`follow`] for `telemetry`: applies `current()` now (waiting at most
+/// the read deadline for the TLS files), then after every reload event and
+/// every `recheck` while TLS files are named.
+fn follow_with<T: Clone + Send + 'static>(
+    telemetry: &'static Telemetry,
+    reloads: broadcast::Receiver<T>,
+    current: impl Fn() -> TraceSettings + Send + 'static,
+    recheck: Duration,
+) -> Following {
+    let settings = current();
+    telemetry.apply(&settings);
+    Following(tokio::spawn(keep_following(
+        telemetry, reloads, settings, current, recheck,
     )))
 }
 
@@ -453,9 +528,9 @@ async fn keep_following<T: Clone>(
             () = timer => {}
         }
         settings = current();
-        let again = settings.clone();
-        // Reading the files may block (a slow disk): off the async workers.
-        let _ = tokio::task::spawn_blocking(move || telemetry.apply(&again)).await;
+        // The files are read on a thread of their own, within a deadline:
+        // a hung mount holds neither this worker nor the next reload.
+        telemetry.apply_off_workers(&settings).await;
     }
 }
 

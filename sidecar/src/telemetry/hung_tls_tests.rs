@@ -1,0 +1,154 @@
+//! The export TLS files on a hung mount: a read is given up at its
+//! deadline, start-up and the follower go on, and new settings are applied
+//! with the last good files meanwhile.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use testkit::certs::TestCa;
+use tokio::sync::broadcast;
+
+use super::live_tls_tests::{calls_traced, exporter_in_force, logs_of, on, settings, ENDPOINT};
+use super::tls::ExportTlsFiles;
+use super::tls_reads::{ReadTls, TlsReads};
+use super::{follow_with, SamplerChoice, Telemetry, TraceSettings};
+
+/// How long a read may take in these tests.
+const DEADLINE: Duration = Duration::from_millis(50);
+
+/// Reads of the real files, the first `good` at once and every later one
+/// hanging (a mount gone dead) until a message is sent on the returned
+/// sender (one read per message) or it is dropped (all), 30 s at most;
+/// and the count of reads that returned.
+fn reads_hanging_after(good: usize) -> (ReadTls, Arc<AtomicUsize>, mpsc::Sender<()>) {
+    let started = AtomicUsize::new(0);
+    let returned = Arc::new(AtomicUsize::new(0));
+    let (release, hung) = mpsc::channel::<()>();
+    let hung = Mutex::new(hung);
+    let counted = Arc::clone(&returned);
+    let read: ReadTls = Arc::new(move |files: &ExportTlsFiles| {
+        if started.fetch_add(1, Ordering::SeqCst) >= good {
+            let hung = hung.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = hung.recv_timeout(Duration::from_secs(30));
+        }
+        let read = files.read();
+        counted.fetch_add(1, Ordering::SeqCst);
+        read
+    });
+    (read, returned, release)
+}
+
+/// A pipeline of its own (for the life of the test process, as the
+/// follower needs), reading with `read`.
+fn pipeline_reading(read: ReadTls) -> &'static Telemetry {
+    crate::crypto::install_ring_provider();
+    let reads = TlsReads::new(read, DEADLINE);
+    Box::leak(Box::new(Telemetry::with_tls_reads(Arc::default(), reads)))
+}
+
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE` on a mount that hangs from the start:
+/// following returns without waiting for the read (tracing starts off),
+/// and once the read returns the follower turns tracing on. Before: the
+/// read ran inline, so `rewire run` and `Host::start` hung with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_read_at_start_is_given_up_and_tracing_starts_off() {
+    let (read, returned, release) = reads_hanging_after(0);
+    let telemetry = pipeline_reading(read);
+    let ca = TestCa::new("hung-at-start");
+    let settings = settings(ENDPOINT, Some(&ca.ca_path));
+    let (_reloads, events) = broadcast::channel::<()>(1);
+    let following = follow_with(
+        telemetry,
+        events,
+        move || settings.clone(),
+        Duration::from_millis(20),
+    );
+    assert_eq!(
+        returned.load(Ordering::SeqCst),
+        0,
+        "following waited for the hung read"
+    );
+    assert!(!on(telemetry), "no file read yet: tracing starts off");
+    // The mount answers again: the next turn after the stuck read
+    // returned reads the files and turns tracing on.
+    drop(release);
+    testkit::soon("tracing on once the files answer", async {
+        while !on(telemetry) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(following);
+}
+
+/// The mount hangs after start: the rechecks are given up, the exporter
+/// in force stays, and a reload's new sampler is still put in force
+/// (with the last good files). Before: the first recheck hung holding the
+/// pipeline's lock, and no later reload's settings were ever applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_hung_later_leaves_the_follower_applying_new_settings() {
+    let (read, _returned, release) = reads_hanging_after(1);
+    let telemetry = pipeline_reading(read);
+    let ca = TestCa::new("hung-later");
+    let before = settings(ENDPOINT, Some(&ca.ca_path));
+    let current = Arc::new(Mutex::new(before.clone()));
+    let (reloads, events) = broadcast::channel::<()>(4);
+    let settings_now = Arc::clone(&current);
+    let following = follow_with(
+        telemetry,
+        events,
+        move || settings_now.lock().unwrap().clone(),
+        Duration::from_millis(20),
+    );
+    assert!(on(telemetry) && calls_traced(telemetry));
+    let built = exporter_in_force(telemetry);
+    // A reload stops sampling calls, while every read hangs.
+    *current.lock().unwrap() = TraceSettings {
+        sampler: SamplerChoice::AlwaysOff,
+        ..before
+    };
+    reloads.send(()).unwrap();
+    testkit::soon("the reload's sampler in force", async {
+        while calls_traced(telemetry) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(on(telemetry), "exporting with the last good files");
+    assert_ne!(
+        exporter_in_force(telemetry),
+        built,
+        "rebuilt for the reload"
+    );
+    drop(following);
+    drop(release);
+}
+
+/// While a read stays hung, new settings are applied with the last good
+/// files and the hang is logged once (naming the variable and the file),
+/// not at every apply.
+#[tokio::test]
+async fn a_hung_read_is_logged_once_and_new_settings_use_the_last_good_files() {
+    let (read, _returned, release) = reads_hanging_after(1);
+    let telemetry = pipeline_reading(read);
+    let ca = TestCa::new("hung-logged-once");
+    let before = settings(ENDPOINT, Some(&ca.ca_path));
+    telemetry.apply(&before);
+    assert!(on(telemetry));
+    let after = TraceSettings {
+        sampler: SamplerChoice::AlwaysOff,
+        ..before
+    };
+    let logs = logs_of(|| {
+        for _ in 0..3 {
+            telemetry.apply(&after);
+        }
+    });
+    assert!(on(telemetry), "tracing stays on: {logs}");
+    assert!(!calls_traced(telemetry), "the new sampler is in force");
+    assert_eq!(logs.matches("did not finish within").count(), 1, "{logs}");
+    assert!(logs.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{logs}");
+    assert!(logs.contains(&*ca.ca_path.to_string_lossy()), "{logs}");
+    drop(release);
+}

@@ -1,0 +1,174 @@
+//! The export TLS files read bounded in time, on a thread of their own: a
+//! hung mount (NFS, FUSE, a CSI volume) under `OTEL_EXPORTER_OTLP_*`
+//! must neither hold start-up nor the follower (and with it every later
+//! reload's trace settings), nor pin an async worker.
+//!
+//! Each read runs on a detached thread and is given up after its deadline.
+//! While a read given up has not returned, the next ones are refused at
+//! once with the same words (so a refusal is logged once, not every
+//! turn): one thread stuck per pipeline, not one per turn. Once it
+//! returns, the files are read again. Reads that were not given up may run
+//! side by side (two applies at once).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::tls::{ExportTlsFiles, TlsContents};
+
+/// How long one read of the export TLS files may take: 5 s (as the
+/// listeners' TLS files).
+pub(super) const READ_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What reads the files: [`ExportTlsFiles::read`] but in tests.
+pub(super) type ReadTls = Arc<dyn Fn(&ExportTlsFiles) -> Result<TlsContents, String> + Send + Sync>;
+
+/// One pipeline's reads of its export TLS files.
+pub(super) struct TlsReads {
+    read: ReadTls,
+    deadline: Duration,
+    /// Set while the last read given up has not returned (it is `true`
+    /// once returned).
+    given_up: Mutex<Option<Arc<AtomicBool>>>,
+}
+
+/// Sets its flag when dropped: the read returned (or panicked).
+struct Returned(Arc<AtomicBool>);
+
+impl Drop for Returned {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl Default for TlsReads {
+    fn default() -> Self {
+        Self::new(Arc::new(ExportTlsFiles::read), READ_DEADLINE)
+    }
+}
+
+impl TlsReads {
+    /// Reads with `read`, each given up after `deadline`.
+    pub(super) fn new(read: ReadTls, deadline: Duration) -> Self {
+        Self {
+            read,
+            deadline,
+            given_up: Mutex::new(None),
+        }
+    }
+
+    /// The files' contents, waiting at most the deadline on this thread
+    /// (an async worker too: the wait is bounded). No thread is started
+    /// when no file is named.
+    pub(super) fn read_blocking(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+        if *files == ExportTlsFiles::default() {
+            return (self.read)(files);
+        }
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        let returned = self.start(files, move |read| {
+            let _ = answer.send(read);
+        })?;
+        match answered.recv_timeout(self.deadline) {
+            Ok(read) => read,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(self.give_up(files, returned)),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(ended_unanswered(files)),
+        }
+    }
+
+    /// The files' contents, waiting at most the deadline without holding
+    /// the async worker.
+    pub(super) async fn read(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+        if *files == ExportTlsFiles::default() {
+            return (self.read)(files);
+        }
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let returned = self.start(files, move |read| {
+            let _ = answer.send(read);
+        })?;
+        match tokio::time::timeout(self.deadline, answered).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(_)) => Err(ended_unanswered(files)),
+            Err(_) => Err(self.give_up(files, returned)),
+        }
+    }
+
+    /// Starts a read of `files` on a thread of its own, handing its outcome
+    /// to `answer`; its flag is set once it returns. Refused while a read
+    /// given up has not returned.
+    fn start(
+        &self,
+        files: &ExportTlsFiles,
+        answer: impl FnOnce(Result<TlsContents, String>) + Send + 'static,
+    ) -> Result<Arc<AtomicBool>, String> {
+        {
+            let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
+            if given_up
+                .as_ref()
+                .is_some_and(|returned| !returned.load(Ordering::Acquire))
+            {
+                return Err(self.stuck(files));
+            }
+            *given_up = None;
+        }
+        let returned = Arc::new(AtomicBool::new(false));
+        let guard = Returned(Arc::clone(&returned));
+        let (read, files_read) = (Arc::clone(&self.read), files.clone());
+        std::thread::Builder::new()
+            .name("rewire-otlp-tls-read".into())
+            .spawn(move || {
+                let outcome = {
+                    let _returned = guard;
+                    read(&files_read)
+                };
+                answer(outcome);
+            })
+            .map_err(|e| format!("{}: cannot start a reading thread: {e}", shown(files)))?;
+        Ok(returned)
+    }
+
+    /// The read of `files` whose flag is `returned` is given up: the next
+    /// reads are refused until it returns. The words of the refusal.
+    fn give_up(&self, files: &ExportTlsFiles, returned: Arc<AtomicBool>) -> String {
+        let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
+        if !returned.load(Ordering::Acquire) {
+            *given_up = Some(returned);
+        }
+        self.stuck(files)
+    }
+
+    /// Why `files` are not read: a read of them did not answer in time.
+    /// The same words while it stays stuck (a refusal is logged once).
+    fn stuck(&self, files: &ExportTlsFiles) -> String {
+        format!(
+            "{}: a read did not finish within {:?} (a hung mount?); the files are read again once it returns",
+            shown(files),
+            self.deadline
+        )
+    }
+}
+
+/// Why `files` are not read: the reading thread ended (panicked) without
+/// an answer.
+fn ended_unanswered(files: &ExportTlsFiles) -> String {
+    format!(
+        "{}: the reading thread ended without an answer",
+        shown(files)
+    )
+}
+
+/// The variables and files `files` name, for messages (never contents).
+fn shown(files: &ExportTlsFiles) -> String {
+    let named = [
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", &files.ca),
+        ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &files.client_cert),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", &files.client_key),
+    ];
+    named
+        .iter()
+        .filter_map(|(variable, path)| {
+            path.as_ref()
+                .map(|path| format!("{variable} ({})", path.display()))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
