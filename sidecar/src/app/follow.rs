@@ -129,7 +129,8 @@ impl Running {
 }
 
 /// The app's subscriptions as they run, by id (`app#N` for the app's
-/// own, `given#N` for those given in code, the name for declared ones).
+/// own, `given#N` for those given in code, the name for declared ones,
+/// `declared#NAME` when it has a `#`: see [`declared_id`]).
 pub(super) struct Deliveries {
     runtime: Runtime,
     app: AppTarget,
@@ -460,12 +461,24 @@ impl Deliveries {
     }
 }
 
+/// The id of the declared subscription `name`, never one of the app's
+/// own or given ids (`app#N`, `given#N`, which all have a `#`): the name
+/// itself when it has no `#`, else `declared#NAME`. One id per name: a
+/// declared `app#0` no longer replaces (and silently drops) the app's own.
+fn declared_id(name: String) -> String {
+    if name.contains('#') {
+        format!("declared#{name}")
+    } else {
+        name
+    }
+}
+
 /// What runs of `fixed` (the app's own and those given in code, in
-/// order) and `declared` (by name): one subscription per pub/sub and
-/// topic, chosen as Dapr does (its component store's
-/// `ListSubscriptionsAppByPubSub`): among declared ones the first, and
-/// the app's own over those, the last of them listed. Also the others,
-/// each with the id of the one that runs instead.
+/// order) and `declared` (by name, each given its id by [`declared_id`]):
+/// one subscription per pub/sub and topic, chosen as Dapr does (its
+/// component store's `ListSubscriptionsAppByPubSub`): among declared ones
+/// the first, and the app's own over those, the last of them listed. Also
+/// the others, each with the id of the one that runs instead.
 pub(super) fn one_per_topic(
     fixed: &[(String, AppSubscription)],
     declared: Vec<(String, AppSubscription)>,
@@ -475,7 +488,8 @@ pub(super) fn one_per_topic(
 ) {
     let mut chosen: HashMap<(String, String), String> = HashMap::new();
     let mut all: BTreeMap<String, AppSubscription> = BTreeMap::new();
-    for (id, subscription) in declared {
+    for (name, subscription) in declared {
+        let id = declared_id(name);
         let topic = (subscription.pubsub_name.clone(), subscription.topic.clone());
         chosen.entry(topic).or_insert_with(|| id.clone());
         all.insert(id, subscription);

@@ -219,6 +219,8 @@ pub struct AppService {
     /// Ends at shutdown (or when the app cannot be reached at all).
     pub task: tokio::task::JoinHandle<()>,
     /// The ids of the subscriptions delivering (`app#N`, `given#N`, or a
-    /// declared subscription's name), told after each change.
+    /// declared subscription's name: `declared#NAME` when the name has a
+    /// `#`, so it never takes an id of the app's own), told after each
+    /// change.
     pub subscribed: watch::Receiver<BTreeSet<String>>,
 }

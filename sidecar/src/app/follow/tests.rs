@@ -455,6 +455,34 @@ fn one_subscription_runs_per_pubsub_and_topic_as_in_dapr() {
     );
 }
 
+/// A declared subscription named as one of the app's own (`app#0`) is
+/// kept apart from it: both run (here on other topics). Before, the
+/// declared one replaced the app's own by id and one silently vanished.
+#[test]
+fn a_declared_subscription_named_as_an_apps_own_id_keeps_both() {
+    let fixed = vec![("app#0".to_string(), on("t", "/own"))];
+    let declared = vec![
+        ("app#0".to_string(), on("u", "/declared")),
+        ("given#0".to_string(), on("v", "/v")),
+        ("declared#app#0".to_string(), on("w", "/w")),
+    ];
+    let (wanted, shadowed) = super::one_per_topic(&fixed, declared);
+    let wanted: Vec<(&str, &str)> = wanted
+        .iter()
+        .map(|(id, s)| (id.as_str(), s.topic.as_str()))
+        .collect();
+    assert_eq!(
+        wanted,
+        [
+            ("app#0", "t"),
+            ("declared#app#0", "u"),
+            ("declared#declared#app#0", "w"),
+            ("declared#given#0", "v"),
+        ]
+    );
+    assert!(shadowed.is_empty(), "{shadowed:?}");
+}
+
 /// Subscribes made to [`TopicCountingBroker`], by topic.
 static SUBSCRIBED_TOPICS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
