@@ -68,13 +68,16 @@ pub(super) async fn list_once(
 }
 
 /// The subscriptions of the app's answer to take (at most
-/// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS); bulk
-/// ones and ones with malformed routes are left out, said in the log).
+/// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS), the
+/// rest left out with a warning; bulk ones and ones with malformed routes
+/// are left out, said in the log).
 fn listed_subscriptions(answer: pb::ListTopicSubscriptionsResponse) -> Vec<AppSubscription> {
-    answer
-            .subscriptions
+    let (listed, _) = super::subscriptions::at_most_taken(
+        "dapr.proto.runtime.v1.AppCallback/ListTopicSubscriptions",
+        answer.subscriptions,
+    );
+    listed
             .into_iter()
-            .take(super::subscriptions::MAX_SUBSCRIPTIONS)
             .filter_map(|s| {
                 let bulk = s.bulk_subscribe.as_ref().is_some_and(|b| b.enabled);
                 if super::subscriptions::refuses_bulk(&s.pubsub_name, &s.topic, bulk) {

@@ -55,7 +55,8 @@ fn request_of(event: &TopicEvent) -> pb::TopicEventRequest {
 
 /// One Layotto `ListTopicSubscriptions`, bounded whole by `within` (no
 /// answer in time is `DEADLINE_EXCEEDED`); at most
-/// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS) taken.
+/// [`MAX_SUBSCRIPTIONS`](super::subscriptions::MAX_SUBSCRIPTIONS) taken,
+/// the rest left out with a warning.
 pub(super) async fn list_once(
     client: &AppCallbackClient<AppCalls>,
     within: Duration,
@@ -63,11 +64,12 @@ pub(super) async fn list_once(
     let listed = tokio::time::timeout(within, client.clone().list_topic_subscriptions(()))
         .await
         .map_err(|_| tonic::Status::deadline_exceeded(format!("no answer within {within:?}")))??;
+    let (listed, _) = super::subscriptions::at_most_taken(
+        "spec.proto.runtime.v1.AppCallback/ListTopicSubscriptions",
+        listed.into_inner().subscriptions,
+    );
     Ok(listed
-        .into_inner()
-        .subscriptions
         .into_iter()
-        .take(super::subscriptions::MAX_SUBSCRIPTIONS)
         .map(|s| AppSubscription {
             routes: SubscriptionRoutes::single(""),
             pubsub_name: s.pubsub_name,

@@ -20,6 +20,19 @@ use super::AppChannel;
 /// Subscriptions taken from one app, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
 
+/// The first [`MAX_SUBSCRIPTIONS`] of the subscriptions an app listed
+/// with `call` (gRPC's `ListTopicSubscriptions`, Dapr's or Layotto's),
+/// and how many past them are left out: said in a warning, never
+/// silently.
+pub(super) fn at_most_taken<T>(call: &str, mut listed: Vec<T>) -> (Vec<T>, usize) {
+    let left_out = listed.len().saturating_sub(MAX_SUBSCRIPTIONS);
+    if left_out > 0 {
+        tracing::warn!(call, listed = listed.len(), taken = MAX_SUBSCRIPTIONS, left_out, "The app listed more subscriptions than are taken; the first {MAX_SUBSCRIPTIONS} are, the {left_out} after them are left out and none of their events delivered.");
+        listed.truncate(MAX_SUBSCRIPTIONS);
+    }
+    (listed, left_out)
+}
+
 /// One subscription of the app.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppSubscription {
@@ -583,6 +596,17 @@ mod tests {
         assert!(listed.is_empty());
         // Pauses of 200 ms then 400 ms: a third ask, past the patience.
         assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    /// A gRPC listing past [`MAX_SUBSCRIPTIONS`] keeps the first ones and
+    /// says how many are left out (before: cut silently).
+    #[test]
+    fn a_grpc_listing_past_the_most_taken_says_how_many_are_left_out() {
+        let (taken, left_out) = at_most_taken("test", (0..MAX_SUBSCRIPTIONS + 7).collect());
+        assert_eq!((taken.len(), left_out), (MAX_SUBSCRIPTIONS, 7));
+        assert_eq!(taken.last(), Some(&(MAX_SUBSCRIPTIONS - 1)));
+        let (taken, left_out) = at_most_taken("test", vec![1, 2]);
+        assert_eq!((taken, left_out), (vec![1, 2], 0));
     }
 
     /// A subscription asking for bulk delivery is refused (until bulk
