@@ -11,6 +11,7 @@
 use std::process::ExitCode;
 
 use greeter_sidecar::Greeter;
+use rewire::tokio::sync::broadcast::error::RecvError;
 use rewire::{ComponentKey, Host};
 
 #[rewire::tokio::main(crate = "rewire::tokio")]
@@ -35,9 +36,23 @@ async fn main() -> ExitCode {
     let greeter = host.runtime().component(ComponentKey::new("greeter", "hi"));
     let mut reloads = host.reload_events();
     rewire::tokio::spawn(async move {
-        while let Ok(record) = reloads.recv().await {
+        loop {
+            let record = match reloads.recv().await {
+                Ok(record) => record,
+                // Fallen behind (the channel keeps the last records): the
+                // ones missed are gone, the next is the oldest kept.
+                Err(RecvError::Lagged(missed)) => {
+                    println!("{missed} reload record(s) missed");
+                    continue;
+                }
+                Err(RecvError::Closed) => break,
+            };
             match greeter.load_as::<Greeter>() {
-                Ok(g) => println!("generation {}: greeting: {}", record.generation, g.greeting()),
+                Ok(g) => println!(
+                    "generation {}: greeting: {}",
+                    record.generation,
+                    g.greeting()
+                ),
                 Err(err) => println!("generation {}: no greeter: {err}", record.generation),
             }
         }
