@@ -54,16 +54,32 @@ impl Kind {
 
     /// The kind written `text` (a built-in one when it is spelled so).
     pub fn parse(text: &str) -> Self {
-        match text {
+        match Self::canonical_spelling(text) {
             "state" => Kind::State,
             "config_store" => Kind::ConfigStore,
             "secret_store" => Kind::SecretStore,
             "lock" => Kind::Lock,
             "sequencer" => Kind::Sequencer,
             "file" => Kind::File,
-            "pubsub" | "pub_subs" => Kind::PubSub,
+            "pubsub" => Kind::PubSub,
             other => Kind::Custom(custom_name(other)),
         }
+    }
+
+    /// `text` as the kind it names is spelled: a built-in kind's alias
+    /// (Layotto's `pub_subs`) as that kind (`pubsub`), anything else as it
+    /// is. Where kinds are keyed by their text (the registry), an alias
+    /// then finds what its kind does.
+    pub(crate) fn canonical_spelling(text: &str) -> &str {
+        match text {
+            "pub_subs" => "pubsub",
+            other => other,
+        }
+    }
+
+    /// Whether it is a custom kind.
+    fn is_custom(&self) -> bool {
+        matches!(self, Kind::Custom(_))
     }
 }
 
@@ -157,10 +173,14 @@ impl Ord for Kind {
             _ => std::mem::discriminant(self) == std::mem::discriminant(other),
         };
         if same {
-            Ordering::Equal
-        } else {
-            self.as_str().cmp(other.as_str())
+            return Ordering::Equal;
         }
+        // A custom kind spelled as a built-in one (`Kind::Custom("state")`,
+        // made by hand: parsing makes `Kind::State`) is another kind, as
+        // `==` says: after the built-in one, not equal to it.
+        self.as_str()
+            .cmp(other.as_str())
+            .then_with(|| self.is_custom().cmp(&other.is_custom()))
     }
 }
 
@@ -208,6 +228,27 @@ mod tests {
                 assert_eq!(a.cmp(b), a.as_str().cmp(b.as_str()), "{a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn a_custom_kind_spelled_as_a_built_in_one_orders_as_it_compares() {
+        for built_in in Kind::BUILT_IN {
+            let custom = Kind::Custom(built_in.as_str().into());
+            assert_ne!(custom, built_in);
+            assert_eq!(custom.cmp(&built_in), Ordering::Greater, "{custom}");
+            assert_eq!(built_in.cmp(&custom), Ordering::Less, "{custom}");
+            assert_eq!(custom.cmp(&custom.clone()), Ordering::Equal);
+        }
+        let set: std::collections::BTreeSet<Kind> =
+            [Kind::State, Kind::Custom("state".into())].into();
+        assert_eq!(set.len(), 2, "one of two different kinds was lost");
+    }
+
+    #[test]
+    fn an_alias_is_spelled_as_its_kind() {
+        assert_eq!(Kind::canonical_spelling("pub_subs"), "pubsub");
+        assert_eq!(Kind::canonical_spelling("pubsub"), "pubsub");
+        assert_eq!(Kind::canonical_spelling("binding"), "binding");
     }
 
     fn shares(a: &Kind, b: &Kind) -> bool {

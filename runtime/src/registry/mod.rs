@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::component::Kind;
 use crate::metadata::{Metadata, MetadataError};
 pub use build::Buildable;
 pub use inject::check_refs;
@@ -44,6 +45,17 @@ inventory::collect!(ComponentDescriptor);
 pub type InPlaceHook = for<'a> fn(
     &'a dyn crate::component::Component,
 ) -> Option<&'a dyn crate::component::InPlaceUpdate>;
+
+/// `descriptor` with its kind as configuration spells it: a hand-written
+/// descriptor of a built-in kind's alias (`pub_subs`, as the derive
+/// accepts it) is registered, found and checked for duplicates under the
+/// kind itself (`pubsub`), where a component of that kind looks for it.
+fn canonical(descriptor: ComponentDescriptor) -> ComponentDescriptor {
+    ComponentDescriptor {
+        kind: Kind::canonical_spelling(descriptor.kind),
+        ..descriptor
+    }
+}
 
 /// The in-place update of `component`: its own `as_in_place`, else the
 /// one its type declared with `#[component(in_place)]`.
@@ -90,6 +102,7 @@ impl Registry {
     pub fn submitted(descriptors: impl IntoIterator<Item = ComponentDescriptor>) -> Self {
         let mut registry = Self::default();
         for descriptor in descriptors {
+            let descriptor = canonical(descriptor);
             let (kind, type_name) = (descriptor.kind, descriptor.type_name);
             if let Some(earlier) = registry.get(kind, type_name) {
                 let earlier = earlier.description;
@@ -108,6 +121,7 @@ impl Registry {
     /// The descriptions of every submission of `type_name` in `kind`, when
     /// linked crates submitted it more than once.
     pub fn submitted_twice(&self, kind: &str, type_name: &str) -> Option<&[&'static str]> {
+        let kind = Kind::canonical_spelling(kind);
         self.submitted_twice
             .iter()
             .find(|((k, t), _)| *k == kind && *t == type_name)
@@ -117,6 +131,7 @@ impl Registry {
     /// Adds (or replaces) a descriptor: the way to override a type on
     /// purpose, so one submitted more than once is no longer refused.
     pub fn register(&mut self, descriptor: ComponentDescriptor) {
+        let descriptor = canonical(descriptor);
         self.submitted_twice
             .remove(&(descriptor.kind, descriptor.type_name));
         self.by_kind
@@ -127,13 +142,15 @@ impl Registry {
 
     /// The descriptor of `type_name` in `kind`.
     pub fn get(&self, kind: &str, type_name: &str) -> Option<&ComponentDescriptor> {
-        self.by_kind.get(kind)?.get(type_name)
+        self.by_kind
+            .get(Kind::canonical_spelling(kind))?
+            .get(type_name)
     }
 
     /// The registered type names of `kind`.
     pub fn types_of(&self, kind: &str) -> Vec<&'static str> {
         self.by_kind
-            .get(kind)
+            .get(Kind::canonical_spelling(kind))
             .map(|types| types.keys().copied().collect())
             .unwrap_or_default()
     }
@@ -151,5 +168,64 @@ impl Registry {
     /// Whether nothing is registered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, validate};
+
+    fn any_metadata(_: &Map<String, Value>, _: &[String]) -> Result<(), MetadataError> {
+        Ok(())
+    }
+
+    fn unbuildable(_: &Metadata) -> Result<Box<dyn Buildable>, MetadataError> {
+        Err(MetadataError::Invalid {
+            field: ".".into(),
+            message: "not built in this test".into(),
+        })
+    }
+
+    /// A hand-written descriptor of type `type_name` in `kind`.
+    fn descriptor(kind: &'static str, type_name: &'static str) -> ComponentDescriptor {
+        ComponentDescriptor {
+            kind,
+            type_name,
+            description: "",
+            example_metadata: "{}",
+            validate: any_metadata,
+            build: unbuildable,
+            check_refs: None,
+            in_place: None,
+        }
+    }
+
+    /// Registered by hand under Layotto's alias `pub_subs`, a type serves
+    /// the `pubsub` components that name it. Before, it was kept under the
+    /// alias, where no component looks: "unknown type".
+    #[test]
+    fn a_type_registered_under_a_kinds_alias_serves_that_kind() {
+        let mut registry = Registry::default();
+        registry.register(descriptor("pub_subs", "x"));
+        let text = r#"{"components": {"pubsub": {"p": {"type": "x"}}}}"#;
+        let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        if let Err(problems) = validate(config, &registry) {
+            panic!("{problems}");
+        }
+        assert_eq!(registry.types_of("pubsub"), ["x"]);
+    }
+
+    /// Submitted under the kind and under its alias, a type is one type
+    /// submitted twice (refused until registered on purpose), not two.
+    #[test]
+    fn a_type_submitted_under_a_kind_and_its_alias_is_submitted_twice() {
+        let registry =
+            Registry::submitted([descriptor("pubsub", "x"), descriptor("pub_subs", "x")]);
+        assert_eq!(registry.len(), 1);
+        assert_eq!(
+            registry.submitted_twice("pubsub", "x").map(<[_]>::len),
+            Some(2)
+        );
     }
 }
