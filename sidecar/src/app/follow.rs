@@ -50,7 +50,7 @@ use std::time::Duration;
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::Runtime;
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::routed::{AppTarget, RoutedSink};
@@ -188,13 +188,7 @@ impl Deliveries {
                 .retain(|retired| !retired.running.task.is_finished());
             self.remember_while_retiring();
             let ended = self.running.values().any(|r| r.task.is_finished());
-            self.subscribed.send_replace(
-                self.running
-                    .iter()
-                    .filter(|(_, r)| !r.task.is_finished())
-                    .map(|(id, _)| id.clone())
-                    .collect(),
-            );
+            self.tell_subscribed();
             let retry = ended || !self.refused.is_empty();
             reconcile = tokio::select! {
                 () = self.shutdown.cancelled() => break,
@@ -211,6 +205,17 @@ impl Deliveries {
             retired.running.stop().await;
         }
         self.subscribed.send_replace(BTreeSet::new());
+    }
+
+    /// Tells the ids running (their delivery not ended) to `subscribed`.
+    fn tell_subscribed(&self) {
+        self.subscribed.send_replace(
+            self.running
+                .iter()
+                .filter(|(_, r)| !r.task.is_finished())
+                .map(|(id, _)| id.clone())
+                .collect(),
+        );
     }
 
     /// Each lineage remembers while one of it retires; one with nothing
@@ -309,6 +314,11 @@ impl Deliveries {
             retired.running.stop().await;
         }
         self.refused.retain(|id, _| wanted.contains_key(id));
+        // Those to start, in order, and what each takes over: started at
+        // most STARTING_AT_ONCE at a time (a broker that never answers
+        // holds its own start, for SUBSCRIBE_WITHIN, not all the others).
+        let mut to_start = Vec::new();
+        let mut starting = HashMap::new();
         for (id, subscription) in wanted {
             let feed = Feed::of(&subscription);
             let routes = Arc::new(subscription.routes.clone());
@@ -356,34 +366,18 @@ impl Deliveries {
             {
                 old.route_as(&routes, &subscription.dead_letter_topic);
             }
-            match self.start(&subscription, routes).await {
-                Ok(started) => {
-                    tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
-                    self.refused.remove(&id);
-                    // It runs: what it replaces delivers what it holds,
-                    // then ends.
-                    if let Some(replaced) = self.running.insert(id.clone(), started) {
-                        self.retire(&id, replaced).await;
-                    }
-                    for (_, old) in taken_over {
-                        self.retire(&id, old).await;
-                    }
-                }
-                Err(err) => {
-                    if self.refused.get(&id) != Some(&err) {
-                        tracing::warn!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused; tried again at each reload.");
-                    }
-                    // What ran for the old settings stops: it is not wanted.
-                    if let Some(replaced) = self.running.remove(&id) {
-                        replaced.stop().await;
-                    }
-                    for (old_id, old) in taken_over {
-                        tracing::info!(subscription = %old_id, pubsub = %old.feed.pubsub_name, topic = %old.feed.topic, "App subscription stopped.");
-                        old.stop().await;
-                    }
-                    self.refused.insert(id, err);
-                }
-            }
+            let prepared = self.prepare(&subscription, routes);
+            to_start.push((id.clone(), prepared));
+            starting.insert(
+                id,
+                Starting {
+                    subscription,
+                    taken_over,
+                },
+            );
+        }
+        if !self.start_all(to_start, starting).await {
+            return;
         }
         // What retired for one taken over now goes on by the taker's
         // routes (not by those the reload removed).
@@ -418,11 +412,99 @@ impl Deliveries {
         self.lineages.entry(feed.lineage_key()).or_default().clone()
     }
 
-    async fn start(
+    /// Starts each of `to_start` (in order, at most [`STARTING_AT_ONCE`]
+    /// at a time, each in a task of its own) and books each as it ends
+    /// ([`Self::started`]), `starting` holding what each takes over.
+    /// `false` when shutdown came first: the starts still running are
+    /// abandoned (their delivery stops with the shutdown), and nothing
+    /// more of the pass is done.
+    async fn start_all(
+        &mut self,
+        to_start: Vec<(String, Prepared)>,
+        mut starting: HashMap<String, Starting>,
+    ) -> bool {
+        let mut queue = to_start.into_iter();
+        let mut tasks = JoinSet::new();
+        loop {
+            while tasks.len() < STARTING_AT_ONCE {
+                let Some((id, prepared)) = queue.next() else {
+                    break;
+                };
+                let runtime = self.runtime.clone();
+                tasks.spawn(async move { (id, prepared.start(&runtime).await) });
+            }
+            let joined = tokio::select! {
+                () = self.shutdown.cancelled() => return false,
+                joined = tasks.join_next() => joined,
+            };
+            let Some(joined) = joined else {
+                break;
+            };
+            match joined {
+                Ok((id, started)) => {
+                    if let Some(booked) = starting.remove(&id) {
+                        self.started(id, booked, started).await;
+                        self.tell_subscribed();
+                    }
+                }
+                // Booked below, as refused.
+                Err(err) => {
+                    tracing::error!(error = %err, "Starting an app subscription failed.");
+                }
+            }
+        }
+        for (id, booked) in starting {
+            let failed = Err("its start failed".to_string());
+            self.started(id, booked, failed).await;
+        }
+        true
+    }
+
+    /// Books how the start of `id` went: running (what it replaces or
+    /// takes over retires), or refused (tried again at each reload and
+    /// every [`RETRY_EVERY`]; what ran for it stops).
+    async fn started(&mut self, id: String, booked: Starting, started: Result<Running, String>) {
+        let Starting {
+            subscription,
+            taken_over,
+        } = booked;
+        match started {
+            Ok(started) => {
+                tracing::info!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, "App subscribed.");
+                self.refused.remove(&id);
+                // It runs: what it replaces delivers what it holds,
+                // then ends.
+                if let Some(replaced) = self.running.insert(id.clone(), started) {
+                    self.retire(&id, replaced).await;
+                }
+                for (_, old) in taken_over {
+                    self.retire(&id, old).await;
+                }
+            }
+            Err(err) => {
+                if self.refused.get(&id) != Some(&err) {
+                    tracing::warn!(subscription = %id, pubsub = %subscription.pubsub_name, topic = %subscription.topic, error = %err, "App subscription refused; tried again at each reload.");
+                }
+                // What ran for the old settings stops: it is not wanted.
+                if let Some(replaced) = self.running.remove(&id) {
+                    replaced.stop().await;
+                }
+                for (old_id, old) in taken_over {
+                    tracing::info!(subscription = %old_id, pubsub = %old.feed.pubsub_name, topic = %old.feed.topic, "App subscription stopped.");
+                    old.stop().await;
+                }
+                self.refused.insert(id, err);
+            }
+        }
+    }
+
+    /// What starting `subscription` needs, made here (its lineage is
+    /// this one's): the start itself runs apart ([`Prepared::start`]).
+    fn prepare(
         &mut self,
         subscription: &AppSubscription,
         routes: Arc<SubscriptionRoutes>,
-    ) -> Result<Running, String> {
+    ) -> Prepared {
         let (routes_tx, routes_rx) = watch::channel(routes);
         let sink = Arc::new(RoutedSink {
             app: self.app.clone(),
@@ -439,23 +521,66 @@ impl Deliveries {
             retire,
             delivered: self.lineage(&feed).member(),
         };
-        let stop = self.shutdown.child_token();
-        let metadata = subscription.metadata.clone().into_iter().collect();
-        let delivering = delivery
-            .start(&self.runtime, sink, metadata, stop.clone())
+        Prepared {
+            feed,
+            delivery,
+            sink,
+            metadata: subscription.metadata.clone().into_iter().collect(),
+            routes: routes_tx,
+            dead_letter_topic: dead_letter_tx,
+            retire: retire_tx,
+            stop: self.shutdown.child_token(),
+            ended: self.ended.clone(),
+        }
+    }
+}
+
+/// How many subscriptions start at once, at most: each start may wait
+/// for its broker up to `SUBSCRIBE_WITHIN` (40 s), so one after another,
+/// k brokers that never answer held every other start, and every other
+/// change, k × 40 s.
+const STARTING_AT_ONCE: usize = 8;
+
+/// A subscription being started: what it takes over (retired once it
+/// runs, stopped if it is refused).
+struct Starting {
+    subscription: AppSubscription,
+    taken_over: Vec<(String, Running)>,
+}
+
+/// What starting one subscription needs ([`Deliveries::prepare`]).
+struct Prepared {
+    feed: Feed,
+    delivery: TopicDelivery,
+    sink: Arc<RoutedSink>,
+    metadata: HashMap<String, String>,
+    routes: watch::Sender<Arc<SubscriptionRoutes>>,
+    dead_letter_topic: watch::Sender<Option<String>>,
+    retire: watch::Sender<bool>,
+    stop: CancellationToken,
+    ended: Arc<Notify>,
+}
+
+impl Prepared {
+    /// Subscribes with the broker (bounded by `SUBSCRIBE_WITHIN`), then
+    /// delivers in the background: the running subscription, or why not.
+    async fn start(self, runtime: &Runtime) -> Result<Running, String> {
+        let delivering = self
+            .delivery
+            .start(runtime, self.sink, self.metadata, self.stop.clone())
             .await
             .map_err(|err| err.to_string())?;
-        let ended = self.ended.clone();
+        let ended = self.ended;
         let task = tokio::spawn(async move {
             let _ = delivering.await;
             ended.notify_one();
         });
         Ok(Running {
-            feed,
-            routes: routes_tx,
-            dead_letter_topic: dead_letter_tx,
-            retire: retire_tx,
-            stop,
+            feed: self.feed,
+            routes: self.routes,
+            dead_letter_topic: self.dead_letter_topic,
+            retire: self.retire,
+            stop: self.stop,
             task,
         })
     }

@@ -907,6 +907,7 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
     orders.stop().await;
 }
 
+mod concurrent_starts;
 mod replaced_routes;
 mod reused_ids;
 mod takeover_chain;
