@@ -5,7 +5,9 @@
 //! section turns export on without a restart; a reload is traced even
 //! when requests are sampled at rate 0. A call's span names the generation
 //! that served it. No span attribute holds a secret. A program hosting
-//! the runtime as a library (`Host`) exports its reloads alike.
+//! the runtime as a library (`Host`) exports its reloads alike. A call the
+//! server failed (HTTP 5xx, gRPC `INTERNAL`...) is an error span with its
+//! code; a call refused for its token makes no span.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,8 +22,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+use rewire::sidecar::grpc::proto::dapr::proto::common::v1::StateItem;
 use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::dapr_client::DaprClient;
-use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::GetStateRequest;
+use rewire::sidecar::grpc::proto::dapr::proto::runtime::v1::{GetStateRequest, SaveStateRequest};
 use testkit::redis::RedisServer;
 use testkit::{free_port, ChildProcess};
 
@@ -114,6 +117,19 @@ fn start_batching(
     otlp: Option<SocketAddr>,
     delay_ms: &'static str,
 ) -> ChildProcess {
+    start_guarded(config, http, grpc, otlp, delay_ms, None)
+}
+
+/// [`start_batching`], its API guarded by the app token `token` when one
+/// is given (`DAPR_API_TOKEN`).
+fn start_guarded(
+    config: &Path,
+    http: &str,
+    grpc: &str,
+    otlp: Option<SocketAddr>,
+    delay_ms: &'static str,
+    token: Option<&'static str>,
+) -> ChildProcess {
     let log = config.with_extension("log");
     let (config, http, grpc) = (config.to_path_buf(), http.to_string(), grpc.to_string());
     let mut sidecar = ChildProcess::new("rewire run", log, move || {
@@ -136,6 +152,9 @@ fn start_batching(
             .env_remove("DAPR_API_TOKEN");
         if let Some(otlp) = otlp {
             command.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp}"));
+        }
+        if let Some(token) = token {
+            command.env("DAPR_API_TOKEN", token);
         }
         command
     });
@@ -560,6 +579,164 @@ async fn a_call_span_names_the_generation_that_served_it_across_a_reload() {
         attribute(&reload, "rewire.queued_ms").is_some(),
         "{reload:?}"
     );
+}
+
+/// The exported status of `span`: its code (`0` unset, `2` error) and
+/// its description.
+fn status_of(span: &Span) -> (i32, String) {
+    span.status
+        .as_ref()
+        .map_or((0, String::new()), |s| (s.code, s.message.clone()))
+}
+
+/// OTLP's status code of an error span.
+const STATUS_ERROR: i32 = 2;
+
+/// A call the server failed ends its span with status `ERROR` and the code
+/// answered (HTTP 500; gRPC `INTERNAL`, 13, described by the message
+/// answered); the caller's error (HTTP 400) leaves the status unset, as
+/// OpenTelemetry asks of servers. A call refused for lacking the app token
+/// makes no span, though it carries a sampled `traceparent`: the trace it
+/// names gets nothing from the sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_is_an_error_span_and_a_call_without_the_token_makes_none() {
+    const TOKEN: &str = "trace-token-0815";
+    const HTTP_FAILED: &str = "61111111111111111111111111111111";
+    const CALLERS_FAULT: &str = "62222222222222222222222222222222";
+    const REFUSED: &str = "63333333333333333333333333333333";
+    const GRPC_FAILED: &str = "64444444444444444444444444444444";
+    const AFTER: &str = "65555555555555555555555555555555";
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let json = serde_json::json!({
+        "appId": "failing",
+        "components": {"state": {"orders": {"type": "memory"}}}
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start_guarded(
+        &config,
+        &http,
+        &grpc,
+        Some(receiver.addr),
+        "100",
+        Some(TOKEN),
+    );
+    rewire::sidecar::tls::install_ring_provider();
+    let client = testkit::http_client();
+    let traceparent = |trace_id: &str| format!("00-{trace_id}-{CALLER_SPAN}-01");
+
+    // The store refuses a TTL that is no number: the server's error.
+    let bad_ttl = serde_json::json!([
+        {"key": "k", "value": "v", "metadata": {"ttlInSeconds": "soon"}}
+    ]);
+    let failed = client
+        .post(format!("http://{http}/v1.0/state/orders"))
+        .header("dapr-api-token", TOKEN)
+        .header("traceparent", traceparent(HTTP_FAILED))
+        .json(&bad_ttl)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(failed.status().as_u16(), 500);
+    let callers_fault = client
+        .get(format!("http://{http}/v1.0/state/unknown/k"))
+        .header("dapr-api-token", TOKEN)
+        .header("traceparent", traceparent(CALLERS_FAULT))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(callers_fault.status().as_u16(), 400);
+    let refused = client
+        .get(format!("http://{http}/v1.0/state/orders/k"))
+        .header("dapr-api-token", "not-the-token")
+        .header("traceparent", traceparent(REFUSED))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut dapr = DaprClient::new(channel);
+    let mut request = tonic::Request::new(SaveStateRequest {
+        store_name: "orders".into(),
+        states: vec![StateItem {
+            key: "k".into(),
+            value: b"v".to_vec(),
+            metadata: [("ttlInSeconds".to_string(), "soon".to_string())].into(),
+            ..StateItem::default()
+        }],
+    });
+    let metadata = request.metadata_mut();
+    metadata.insert("dapr-api-token", TOKEN.parse().unwrap());
+    metadata.insert("traceparent", traceparent(GRPC_FAILED).parse().unwrap());
+    let status = dapr.save_state(request).await.expect_err("a TTL no number");
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+
+    // A call after all of them: once its span is in, theirs were sent
+    // (spans are exported in the order they end).
+    let after = client
+        .get(format!("http://{http}/v1.0/state/orders/k"))
+        .header("dapr-api-token", TOKEN)
+        .header("traceparent", traceparent(AFTER))
+        .send()
+        .await
+        .unwrap();
+    assert!(after.status().is_success(), "{}", after.status());
+    let of_trace = |trace_id: &'static str| {
+        move |spans: &[Span]| {
+            spans
+                .iter()
+                .find(|s| hex(&s.trace_id) == trace_id && s.name != "rewire.component")
+                .cloned()
+        }
+    };
+    receiver
+        .wait_for("the last call's span", of_trace(AFTER))
+        .await;
+    let failed = receiver
+        .wait_for("the failed HTTP call's span", of_trace(HTTP_FAILED))
+        .await;
+    assert_eq!(failed.name, "SaveState");
+    assert_eq!(status_of(&failed).0, STATUS_ERROR, "{failed:?}");
+    assert_eq!(
+        attribute(&failed, "http.response.status_code").as_deref(),
+        Some("500")
+    );
+    let callers_fault = receiver
+        .wait_for(
+            "the call to an unknown store's span",
+            of_trace(CALLERS_FAULT),
+        )
+        .await;
+    assert_eq!(status_of(&callers_fault).0, 0, "{callers_fault:?}");
+    assert_eq!(
+        attribute(&callers_fault, "http.response.status_code").as_deref(),
+        Some("400")
+    );
+    let grpc_failed = receiver
+        .wait_for("the failed gRPC call's span", of_trace(GRPC_FAILED))
+        .await;
+    let (code, description) = status_of(&grpc_failed);
+    assert_eq!(code, STATUS_ERROR, "{grpc_failed:?}");
+    assert!(description.contains("ttlInSeconds"), "{description}");
+    assert_eq!(
+        attribute(&grpc_failed, "rpc.grpc.status_code").as_deref(),
+        Some("13")
+    );
+    let refused: Vec<String> = receiver
+        .all()
+        .iter()
+        .filter(|s| hex(&s.trace_id) == REFUSED)
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(refused.is_empty(), "a refused call made spans: {refused:?}");
 }
 
 /// Waits until `line` is in the sidecar's log.

@@ -22,7 +22,8 @@ pub(super) fn caller<T>(request: &tonic::Request<T>) -> Option<opentelemetry::Co
 /// Runs `handler` as the gRPC method `method`: in its trace span (a child
 /// of `caller`'s, see [`caller`]), with a fresh generation snapshot,
 /// secret values scrubbed from its error, and the call counted in the
-/// request metrics.
+/// request metrics. The span records the code answered (and, for a
+/// server's error, status `ERROR` with the message answered).
 pub(super) async fn observed<T, F, Fut>(
     state: &ApiState,
     method: &'static str,
@@ -34,7 +35,15 @@ where
     Fut: Future<Output = Result<T, Status>>,
 {
     let span = crate::telemetry::propagation::api_span("grpc", method, caller);
-    observed_here(state, method, handler).instrument(span).await
+    let result = observed_here(state, method, handler)
+        .instrument(span.clone())
+        .await;
+    let (code, message) = match &result {
+        Ok(_) => (Code::Ok, ""),
+        Err(status) => (status.code(), status.message()),
+    };
+    crate::telemetry::propagation::record_grpc_status(&span, code, message);
+    result
 }
 
 async fn observed_here<T, F, Fut>(

@@ -24,9 +24,10 @@ use crate::dapr::StoreLabel;
 use crate::result_code::ResultCode;
 use crate::ApiState;
 
-/// Middleware, the only one: runs every call in its trace span (continuing
-/// the caller's `traceparent`), refuses it without the token its route
-/// needs ([`auth`](super::auth)), bounds it by `request_timeout`
+/// Middleware, the only one: refuses a call without the token its route
+/// needs ([`auth`](super::auth); no span is made for it), runs every other
+/// in its trace span (continuing the caller's `traceparent`; the status
+/// answered recorded on it, `ERROR` for a 5xx), bounds it by `request_timeout`
 /// ([`deadline`](super::deadline); a file upload bounds itself by
 /// inactivity instead), answers 500 `ERR_INTERNAL` when the handler
 /// panics (the connection is not dropped), and records
@@ -58,25 +59,34 @@ where
     Fut: Future<Output = Response>,
 {
     let started = Instant::now();
-    let caller = crate::telemetry::propagation::caller_of_http(request.headers());
-    let span = crate::telemetry::propagation::api_span("http", operation, caller);
     let options = &state.options;
+    // A call refused for its token makes no span: its caller would
+    // otherwise continue traces of its choosing, sampled, in the export
+    // queue. (gRPC refuses in its interceptor, before any span too.)
+    let refusal = auth::refusal(options, &request);
+    let span = match refusal {
+        Some(_) => tracing::Span::none(),
+        None => {
+            let caller = crate::telemetry::propagation::caller_of_http(request.headers());
+            crate::telemetry::propagation::api_span("http", operation, caller)
+        }
+    };
     // The call's future is built where it is awaited, in no wrapper of
     // its own: a future is copied at each layer it is moved through.
-    let response = match span.in_scope(|| auth::refusal(options, &request)) {
+    let response = match refusal {
         Some(refusal) => refusal,
         // An upload bounds itself by inactivity (`file::put`).
         None if is_upload(&request) => {
             let answered = AssertUnwindSafe(run(request))
                 .catch_unwind()
-                .instrument(span)
+                .instrument(span.clone())
                 .await;
             unless_panicked(operation, answered)
         }
         None => {
             let limit = options.request_timeout;
             let timed = tokio::time::timeout(limit, AssertUnwindSafe(run(request)).catch_unwind())
-                .instrument(span)
+                .instrument(span.clone())
                 .await;
             deadline::answer(
                 limit,
@@ -84,6 +94,7 @@ where
             )
         }
     };
+    crate::telemetry::propagation::record_http_status(&span, response.status().as_u16());
     state.metrics.observe_request(
         "http",
         operation,

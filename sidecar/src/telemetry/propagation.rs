@@ -73,7 +73,8 @@ fn remote(extractor: &dyn Extractor) -> Option<Context> {
 /// The span of one API call: `api` is `http` or `grpc`, `method` the
 /// operation (Dapr's or Layotto's name); a child of `caller` when given.
 /// The component it uses, and the generation that served it, are recorded
-/// by [`record_component`].
+/// by [`record_component`]; how it ended by [`record_grpc_status`] or
+/// [`record_http_status`].
 pub fn api_span(api: &'static str, method: &'static str, caller: Option<Context>) -> Span {
     let span = tracing::info_span!(
         "rewire.api",
@@ -84,6 +85,10 @@ pub fn api_span(api: &'static str, method: &'static str, caller: Option<Context>
         rewire.component = Empty,
         rewire.component_type = Empty,
         rewire.generation = Empty,
+        rpc.grpc.status_code = Empty,
+        http.response.status_code = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
     );
     if let Some(caller) = caller {
         // Only fails once the span has started, which it has not.
@@ -103,6 +108,54 @@ pub fn record_component(key: &dyn std::fmt::Display, type_name: &str, generation
         span.record("rewire.component_type", type_name);
         span.record("rewire.generation", generation);
     }
+}
+
+/// Records on `span`, an [`api_span`], the gRPC `code` the call ended
+/// with (`rpc.grpc.status_code`, its number) and, when OpenTelemetry counts
+/// the code as a server's error ([`is_grpc_server_error`]), the span's
+/// status `ERROR` described by `message` (the answer's, scrubbed of secret
+/// values and bounded: what the caller was sent). Otherwise the status is
+/// left unset, as OpenTelemetry asks of servers.
+pub fn record_grpc_status(span: &Span, code: tonic::Code, message: &str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("rpc.grpc.status_code", i64::from(code as i32));
+    if is_grpc_server_error(code) {
+        span.record("otel.status_code", "ERROR");
+        span.record("otel.status_description", message);
+    }
+}
+
+/// Records on `span`, an [`api_span`], the HTTP `status` the call was
+/// answered with (`http.response.status_code`) and, for a 5xx, the span's
+/// status `ERROR`. A 4xx is the caller's error, not the server's: the
+/// status is left unset, as OpenTelemetry asks of servers.
+pub fn record_http_status(span: &Span, status: u16) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("http.response.status_code", i64::from(status));
+    if status >= 500 {
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+/// Whether a gRPC server's span ending with `code` is an error, as
+/// OpenTelemetry's conventions for gRPC servers list them: the codes that
+/// are the server's fault, not the caller's (`NOT_FOUND`,
+/// `INVALID_ARGUMENT`... are not).
+fn is_grpc_server_error(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Unimplemented
+            | Code::Internal
+            | Code::Unavailable
+            | Code::DataLoss
+    )
 }
 
 /// Most bytes of a `tracestate` a published event carries (what W3C asks
