@@ -1,7 +1,9 @@
 //! Prometheus metrics: reloads by outcome, reload duration, generation,
-//! components by kind, requests and their latency by API and store, and
+//! components by kind, requests and their latency by API and store (the
+//! series of a store removed dropped at the next reload applied), and
 //! circuit breakers by component.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use rewire_runtime::Runtime;
+use rewire_runtime::{Action, Outcome, ReloadRecord, Runtime};
 
 use crate::result_code::ResultCode;
 
@@ -186,8 +188,27 @@ impl ApiMetrics {
                 metrics
                     .reload_seconds
                     .observe(record.duration_ms as f64 / 1000.0);
+                metrics.forget_stores_gone(&record);
             }
         });
+    }
+
+    /// After a reload applied, drops the request series of every store no
+    /// longer serving: a record names every component serving after it
+    /// (and those it removed), so a record missed (the events lagged) is
+    /// made up for by the next one.
+    fn forget_stores_gone(&self, record: &ReloadRecord) {
+        if record.outcome != Outcome::Applied {
+            return;
+        }
+        let serving: HashSet<&str> = record
+            .actions
+            .iter()
+            .filter(|(_, action)| **action != Action::Removed)
+            .map(|(key, _)| &*key.name)
+            .collect();
+        self.request_series
+            .retain_stores(|store| serving.contains(store), &self.requests);
     }
 
     /// Counts one configuration subscriber dropped for falling behind.
@@ -356,6 +377,66 @@ mod tests {
                 r#"rewire_circuit_breaker_state{component="pubsub/a\"b\\",policy="c\"p\\",direction="outbound"} 0"#
             ),
             "{text}"
+        );
+    }
+
+    /// The configuration of idle brokers named `names`.
+    fn brokers(names: &[&str]) -> rewire_runtime::config::Config {
+        let brokers: serde_json::Map<String, serde_json::Value> = names
+            .iter()
+            .map(|name| {
+                (
+                    name.to_string(),
+                    serde_json::json!({"type": "test.metrics.idle"}),
+                )
+            })
+            .collect();
+        let json = serde_json::json!({"components": {"pubsub": brokers}});
+        parse(json.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+    }
+
+    /// Names pushed and renamed one after another would each keep their
+    /// series for ever: a reload applied drops those of stores gone, and
+    /// keeps the others' counts.
+    #[tokio::test]
+    async fn a_reload_drops_the_request_series_of_stores_no_longer_serving() {
+        let registry = Registry::collected();
+        let config =
+            validate(brokers(&["old", "kept"]), &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let metrics = Arc::new(ApiMetrics::new());
+        metrics.follow_reloads(&runtime);
+        let code = ResultCode::Http(200);
+        for store in ["old", "kept"] {
+            let store = Some(Arc::from(store));
+            metrics.observe_request("http", "GetState", store, code, Duration::ZERO);
+        }
+        let series = |store: &str| format!(r#"method="GetState",store="{store}",code="200"}} 1"#);
+        let text = metrics.render(&runtime);
+        assert!(text.contains(&series("old")), "{text}");
+
+        let record = runtime.apply(brokers(&["kept", "new"])).await;
+        let record = record.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.outcome, Outcome::Applied);
+        // The reload's event reaches the metrics in the background.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut text = metrics.render(&runtime);
+        while text.contains(&series("old")) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never dropped:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            text = metrics.render(&runtime);
+        }
+        runtime.shutdown().await;
+        assert!(text.contains(&series("kept")), "{text}");
+        assert_eq!(
+            metrics.request_series.len(),
+            1,
+            "the index let go of it too"
         );
     }
 

@@ -7,7 +7,10 @@
 //! are shared handles, so this index keeps the pair of each label set it
 //! has seen and hands them out; what is counted is the families' own
 //! series. It holds no more entries than the families do (the labels are
-//! bounded, see [`StoreLabel`](crate::dapr::StoreLabel)).
+//! bounded, see [`StoreLabel`](crate::dapr::StoreLabel)), and the series of
+//! a store no longer serving are dropped at each reload applied
+//! ([`RequestSeries::retain_stores`]): names that change with each push or
+//! overlay do not pile up.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -61,6 +64,31 @@ impl RequestSeries {
             .entry(labels)
             .or_insert(series)
             .clone()
+    }
+
+    /// How many label sets the index holds.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.seen.read().map_or(0, |seen| seen.len())
+    }
+
+    /// Drops, from the index and from `requests`, the series of every
+    /// store `serving` refuses (a call without a store is kept). A call
+    /// still running on an older generation may count its store again
+    /// after this: that series is dropped at the next reload applied.
+    pub(super) fn retain_stores(
+        &self,
+        serving: impl Fn(&str) -> bool,
+        requests: &Family<RequestLabels, Counter>,
+    ) {
+        let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
+        seen.retain(|labels, _| {
+            let kept = labels.store.as_ref().is_none_or(|store| serving(&store.0));
+            if !kept {
+                requests.remove(labels);
+            }
+            kept
+        });
     }
 }
 
