@@ -3,9 +3,12 @@
 //! the queue is full, so a slow or dead collector costs a request nothing.
 //! One task batches the queue and exports with the exporter in force,
 //! each export cut after its timeout; asked to flush (at shutdown), it
-//! exports everything queued so far and answers.
+//! exports everything queued so far and answers. The task holds the
+//! queue's receiving ends only while it runs ([`TakenReceivers`]): ended
+//! with its runtime (a library user dropping one runtime and starting a
+//! host on another), it puts them back for a task on the next.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::Context;
@@ -119,16 +122,60 @@ impl SpanProcessor for QueueProcessor {
     }
 }
 
+/// The receiving ends of the export task: the spans' queue and the flush
+/// requests.
+pub(super) struct Receivers {
+    pub(super) spans: mpsc::Receiver<SpanData>,
+    pub(super) flushes: mpsc::Receiver<oneshot::Sender<()>>,
+}
+
+/// Where the receivers wait while no export task holds them.
+pub(super) type ReceiversHome = Arc<Mutex<Option<Receivers>>>;
+
+/// The receivers as an export task holds them: put back in their home
+/// when dropped (the task ended, or was dropped with its runtime), so
+/// that a task spawned later takes them again.
+pub(super) struct TakenReceivers {
+    receivers: Option<Receivers>,
+    home: ReceiversHome,
+}
+
+impl TakenReceivers {
+    /// Takes the receivers from `home`; `None` while a task holds them.
+    pub(super) fn take(home: &ReceiversHome) -> Option<Self> {
+        let receivers = home.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        Some(Self {
+            receivers: Some(receivers),
+            home: Arc::clone(home),
+        })
+    }
+}
+
+impl Drop for TakenReceivers {
+    fn drop(&mut self) {
+        if let Some(receivers) = self.receivers.take() {
+            *self.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(receivers);
+        }
+    }
+}
+
 /// Exports what the queue receives, in batches of at most [`BATCH`] or
 /// every `delay`, with the exporter `exporter` holds at that moment; on a
-/// request from `flushes`, exports every span queued and then answers it.
+/// request from the flush receiver, exports every span queued and then
+/// answers it.
 pub(super) async fn export_loop(
-    mut queue: mpsc::Receiver<SpanData>,
-    mut flushes: mpsc::Receiver<oneshot::Sender<()>>,
+    mut taken: TakenReceivers,
     exporter: watch::Receiver<Option<Arc<Exporter>>>,
     delay: Duration,
     stats: Arc<TraceStats>,
 ) {
+    let Some(Receivers {
+        spans: queue,
+        flushes,
+    }) = taken.receivers.as_mut()
+    else {
+        return;
+    };
     let mut batch = Vec::with_capacity(BATCH);
     let mut tick = tokio::time::interval(delay);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

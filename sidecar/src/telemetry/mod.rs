@@ -22,6 +22,8 @@
 
 mod export;
 #[cfg(test)]
+mod export_task_tests;
+#[cfg(test)]
 mod hung_tls_tests;
 #[cfg(test)]
 mod live_tls_tests;
@@ -37,7 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use rewire_runtime::Runtime;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::subscriber::Interest;
@@ -50,7 +52,7 @@ pub use settings::{ParentBasedRoot, SamplerChoice, TraceSettings};
 pub use stats::TraceStats;
 pub use tls::ExportTlsFiles;
 
-use export::{Exporter, QueueProcessor};
+use export::{Exporter, QueueProcessor, Receivers, ReceiversHome, TakenReceivers};
 use sampler::LiveSampler;
 use tls::{ExportTls, TlsContents, TlsFingerprint};
 use tls_reads::TlsReads;
@@ -69,12 +71,14 @@ struct Telemetry {
     sampler: LiveSampler,
     provider: SdkTracerProvider,
     exporter: watch::Sender<Option<Arc<Exporter>>>,
-    /// The queue's receiving end until the export task takes it.
-    queue: Mutex<Option<mpsc::Receiver<SpanData>>>,
-    /// Flush requests to the export task (its receiving end is taken with
-    /// the queue's).
+    /// The queue's and the flush requests' receiving ends while no export
+    /// task holds them (one that ends puts them back).
+    receivers: ReceiversHome,
+    /// Flush requests to the export task.
     flushes: mpsc::Sender<oneshot::Sender<()>>,
-    flush_requests: Mutex<Option<mpsc::Receiver<oneshot::Sender<()>>>>,
+    /// The export task, spawned again once it has ended (its runtime was
+    /// dropped).
+    export_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     applied: Mutex<Option<Applied>>,
     /// Reads the export TLS files, bounded in time, outside `applied`'s
     /// lock.
@@ -134,9 +138,12 @@ impl Telemetry {
             sampler,
             provider,
             exporter: watch::Sender::new(None),
-            queue: Mutex::new(Some(queue)),
+            receivers: Arc::new(Mutex::new(Some(Receivers {
+                spans: queue,
+                flushes: flush_requests,
+            }))),
             flushes,
-            flush_requests: Mutex::new(Some(flush_requests)),
+            export_task: Mutex::new(None),
             applied: Mutex::new(None),
             tls_reads,
             next_apply: AtomicU64::new(1),
@@ -264,8 +271,11 @@ impl Telemetry {
         if self.last_applied.fetch_max(number, Ordering::Relaxed) > number {
             return;
         }
-        self.start_export_task();
-        let unchanged = applied.as_ref().is_some_and(|a| a.settings == *settings);
+        // A task spawned anew (the last one ended with its runtime) needs
+        // an exporter built anew: the last one's connections lived on
+        // that runtime too.
+        let respawned = self.start_export_task();
+        let unchanged = !respawned && applied.as_ref().is_some_and(|a| a.settings == *settings);
         let was_on = applied.as_ref().is_some_and(|a| a.settings.enabled());
         let Some(endpoint) = settings.endpoint.as_deref().filter(|_| settings.enabled()) else {
             if !unchanged {
@@ -371,27 +381,29 @@ impl Telemetry {
         }
     }
 
-    /// Spawns the export task unless it runs already.
-    fn start_export_task(&self) {
-        let Some(queue) = self.queue.lock().unwrap_or_else(|p| p.into_inner()).take() else {
-            return;
+    /// Spawns the export task on the current runtime unless one runs
+    /// already (one that ended with its runtime is replaced); whether one
+    /// was spawned. Outside a runtime, none is.
+    fn start_export_task(&self) -> bool {
+        let mut task = self.export_task.lock().unwrap_or_else(|p| p.into_inner());
+        if task.as_ref().is_some_and(|running| !running.is_finished()) {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let Some(taken) = TakenReceivers::take(&self.receivers) else {
+            return false;
         };
         let delay = env_number("OTEL_BSP_SCHEDULE_DELAY")
             .map_or(export::DEFAULT_DELAY, |ms| Duration::from_millis(ms.max(1)));
-        let (_, flushes) = mpsc::channel(1);
-        let flushes = self
-            .flush_requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .unwrap_or(flushes);
-        tokio::spawn(export::export_loop(
-            queue,
-            flushes,
+        *task = Some(runtime.spawn(export::export_loop(
+            taken,
             self.exporter.subscribe(),
             delay,
             self.stats.clone(),
-        ));
+        )));
+        true
     }
 
     /// Swaps `exporter` in (the queued spans stay queued for it) with
@@ -437,12 +449,19 @@ fn follows_tls_files(settings: &TraceSettings) -> bool {
 /// it was done in time. At shutdown, so that the last calls' and the
 /// shutdown's spans are not lost. Without tracing on, returns at once.
 pub async fn flush(within: Duration) -> bool {
-    if !is_enabled() {
-        return true;
+    telemetry().flush(within).await
+}
+
+impl Telemetry {
+    /// [`flush`].
+    async fn flush(&self, within: Duration) -> bool {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return true;
+        }
+        let (done, answered) = oneshot::channel();
+        let asked = async { self.flushes.send(done).await.is_ok() && answered.await.is_ok() };
+        tokio::time::timeout(within, asked).await.unwrap_or(false)
     }
-    let (done, answered) = oneshot::channel();
-    let asked = async { telemetry().flushes.send(done).await.is_ok() && answered.await.is_ok() };
-    tokio::time::timeout(within, asked).await.unwrap_or(false)
 }
 
 /// The settings for `runtime`'s running configuration and this process's

@@ -377,7 +377,7 @@ pub(super) mod tests {
     }
 
     /// An OTLP/gRPC collector over TLS; the exports it answered.
-    async fn grpc_collector(server: &CertFiles) -> (SocketAddr, Arc<AtomicUsize>) {
+    pub(crate) async fn grpc_collector(server: &CertFiles) -> (SocketAddr, Arc<AtomicUsize>) {
         let exports = Arc::new(AtomicUsize::new(0));
         let addr: SocketAddr = format!("127.0.0.1:{}", testkit::free_port())
             .parse()
