@@ -305,6 +305,40 @@ mod tests {
 
     const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
+    /// A gRPC call's span is an error only for a code that is the server's
+    /// fault (OpenTelemetry's list for servers), not the caller's.
+    #[test]
+    fn only_the_servers_grpc_codes_make_an_error_span() {
+        use tonic::Code;
+        let servers = [
+            Code::Unknown,
+            Code::DeadlineExceeded,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+        ];
+        for code in servers {
+            assert!(is_grpc_server_error(code), "{code:?}");
+        }
+        let callers = [
+            Code::Ok,
+            Code::Cancelled,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unauthenticated,
+        ];
+        for code in callers {
+            assert!(!is_grpc_server_error(code), "{code:?}");
+        }
+    }
+
     #[test]
     fn a_published_event_carries_only_a_valid_trace_context() {
         assert_eq!(
