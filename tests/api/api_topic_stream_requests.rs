@@ -4,7 +4,9 @@
 //! name, topic and dead-letter topic within 4 KiB each. An open stream
 //! keeps them all for its life, so past a bound the request is refused
 //! `INVALID_ARGUMENT` naming the field, before it would take a stream's
-//! place.
+//! place. A second initial request on an open stream ends it
+//! `INVALID_ARGUMENT` (`duplicate initial request received`, as Dapr's and
+//! Layotto's streamers).
 
 use std::collections::HashMap;
 
@@ -218,5 +220,75 @@ async fn stream_requests_over_a_bound_are_refused_naming_the_field_before_taking
     })
     .await;
     assert!(opened.is_ok(), "a stream at the bound opened");
+    sidecar.stop().await;
+}
+
+/// The status the stream `open` starts ends with once its client, having
+/// sent `first` (its initial request) through `requests`, sends it again.
+async fn ended_by_a_second_initial_request<Request, Response>(
+    first: Request,
+    open: impl std::future::Future<
+        Output = Result<tonic::Response<tonic::Streaming<Response>>, tonic::Status>,
+    >,
+    requests: mpsc::Sender<Request>,
+) -> tonic::Status
+where
+    Request: Clone,
+{
+    requests.send(first.clone()).await.unwrap();
+    let mut answers = open.await.expect("the stream opens").into_inner();
+    if let Err(status) = grpc::next(&mut answers).await.expect("an answer") {
+        panic!("the stream was refused: {status:?}");
+    }
+    requests.send(first).await.unwrap();
+    loop {
+        match grpc::next(&mut answers).await {
+            Some(Ok(_)) => continue,
+            Some(Err(status)) => return status,
+            None => panic!("the stream ended without a status"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_second_initial_request_ends_the_stream_invalid_argument() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let channel = grpc::channel(sidecar.grpc_url()).await;
+
+    let (requests, outgoing) = mpsc::channel(2);
+    let first = dapr::SubscribeTopicEventsRequestAlpha1 {
+        subscribe_topic_events_request_type: Some(DaprRequest::InitialRequest(
+            dapr::SubscribeTopicEventsRequestInitialAlpha1 {
+                pubsub_name: "pubsub".into(),
+                topic: "orders".into(),
+                ..Default::default()
+            },
+        )),
+    };
+    let mut client = DaprClient::new(channel.clone());
+    let open = client.subscribe_topic_events_alpha1(ReceiverStream::new(outgoing));
+    let dapr_status = ended_by_a_second_initial_request(first, open, requests).await;
+
+    let (requests, outgoing) = mpsc::channel(2);
+    let first = layotto::SubscribeTopicEventsRequest {
+        subscribe_topic_events_request_type: Some(LayottoRequest::InitialRequest(
+            layotto::SubscribeTopicEventsRequestInitial {
+                pubsub_name: "pubsub".into(),
+                topic: "payments".into(),
+                ..Default::default()
+            },
+        )),
+    };
+    let mut client = RuntimeClient::new(channel);
+    let open = client.subscribe_topic_events(ReceiverStream::new(outgoing));
+    let layotto_status = ended_by_a_second_initial_request(first, open, requests).await;
+
+    for (api, status) in [("Dapr", dapr_status), ("Layotto", layotto_status)] {
+        assert_eq!(
+            (status.code(), status.message()),
+            (Code::InvalidArgument, "duplicate initial request received"),
+            "{api}"
+        );
+    }
     sidecar.stop().await;
 }

@@ -3,7 +3,10 @@
 //! count together (each holds a broker subscription); past it a stream is
 //! refused with `RESOURCE_EXHAUSTED` naming the limit, and a closed
 //! stream's place is free again. A stream without a pub/sub name or a
-//! topic is refused for that before it would take a place.
+//! topic is refused for that before it would take a place. So is a
+//! second stream to a pub/sub and topic an open stream holds (as Dapr's
+//! streamer and Layotto refuse it: with a fanning-out broker the app
+//! would get each event twice), until that stream ends.
 
 use std::time::Duration;
 
@@ -133,13 +136,14 @@ async fn bounded_sidecar() -> (Sidecar, Channel) {
 }
 
 /// Every place taken, by Dapr's streams and Layotto's (they count
-/// together).
+/// together), each on a topic of its own (`orders-<i>`).
 async fn take_every_place(channel: &Channel) -> Vec<Open> {
     let mut open = Vec::with_capacity(MAX_TOPIC_STREAMS);
     for i in 0..MAX_TOPIC_STREAMS {
+        let topic = format!("orders-{i}");
         let opened = match i % 2 {
-            0 => open_dapr(channel.clone(), "pubsub", "orders").await,
-            _ => open_layotto(channel.clone(), "pubsub", "orders").await,
+            0 => open_dapr(channel.clone(), "pubsub", &topic).await,
+            _ => open_layotto(channel.clone(), "pubsub", &topic).await,
         };
         open.push(opened.expect("a stream within the bound"));
     }
@@ -173,7 +177,7 @@ async fn topic_streams_past_the_bound_are_refused_until_one_closes() {
         }
     };
     open.push(reopened);
-    assert_refused_naming_the_limit(open_layotto(channel, "pubsub", "orders").await, "Layotto");
+    assert_refused_naming_the_limit(open_layotto(channel, "pubsub", "refunds").await, "Layotto");
     drop(open);
     sidecar.stop().await;
 }
@@ -219,5 +223,64 @@ async fn a_stream_without_names_is_refused_for_them_with_every_place_taken() {
         );
     }
     drop(open);
+    sidecar.stop().await;
+}
+
+/// Refused as a second stream to topic `orders` of pub/sub `pubsub`:
+/// `ALREADY_EXISTS` with Dapr's message.
+fn assert_refused_as_already_subscribed(refused: Result<Open, tonic::Status>, api: &str) {
+    let Err(status) = refused else {
+        panic!("{api}: a second stream to the topic was opened");
+    };
+    assert_eq!(
+        status.code(),
+        tonic::Code::AlreadyExists,
+        "{api}: {status:?}"
+    );
+    assert!(
+        status
+            .message()
+            .starts_with(r#"already subscribed to pubsub "pubsub" topic "orders""#),
+        "{api}: {}",
+        status.message()
+    );
+}
+
+#[tokio::test]
+async fn a_second_stream_to_a_topic_is_refused_until_the_first_ends() {
+    let (sidecar, channel) = bounded_sidecar().await;
+    let first = open_dapr(channel.clone(), "pubsub", "orders")
+        .await
+        .expect("the first stream");
+    assert_refused_as_already_subscribed(
+        open_dapr(channel.clone(), "pubsub", "orders").await,
+        "Dapr",
+    );
+    // Dapr's streams and Layotto's share the topic's one stream.
+    assert_refused_as_already_subscribed(
+        open_layotto(channel.clone(), "pubsub", "orders").await,
+        "Layotto",
+    );
+    let _other_topic = open_layotto(channel.clone(), "pubsub", "payments")
+        .await
+        .expect("a stream to another topic");
+
+    // Once the first has ended (its delivery let go of the topic), the
+    // topic takes a stream again.
+    drop(first);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let _reopened = loop {
+        match open_layotto(channel.clone(), "pubsub", "orders").await {
+            Ok(stream) => break stream,
+            Err(status) if status.code() == tonic::Code::AlreadyExists => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the topic was not let go of within {PATIENCE:?} of its stream closing"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    };
     sidecar.stop().await;
 }

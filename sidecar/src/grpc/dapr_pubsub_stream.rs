@@ -7,6 +7,7 @@
 //! the pub/sub across reloads and stays open while its broker is rebuilt.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,6 +29,9 @@ use crate::dapr::{
     TopicEvent,
 };
 use crate::ApiState;
+use topic_claims::{TopicClaim, TopicClaims};
+
+mod topic_claims;
 
 /// The server's side of the stream.
 pub(super) type TopicEventStream =
@@ -72,6 +76,8 @@ const MAX_STREAM_NAME_BYTES: usize = 4096;
 pub(super) struct TopicStreams {
     open: Arc<Semaphore>,
     max: usize,
+    /// The pub/sub and topic pairs the open streams hold (one stream each).
+    claims: TopicClaims,
 }
 
 impl TopicStreams {
@@ -80,6 +86,7 @@ impl TopicStreams {
         Self {
             open: Arc::new(Semaphore::new(max)),
             max,
+            claims: TopicClaims::default(),
         }
     }
 
@@ -96,6 +103,16 @@ impl TopicStreams {
             ))
         })
     }
+}
+
+/// What a stream holds while open, given back when the last holder of its
+/// sink (the delivery) lets go of it: its hold on its pub/sub and topic,
+/// its place among the [`TopicStreams`] and its entry in the sidecar's
+/// metadata.
+struct StreamPlace {
+    _claim: TopicClaim,
+    _place: OwnedSemaphorePermit,
+    _listing: StreamListing,
 }
 
 /// The client's side of the stream: a gRPC request stream, or another
@@ -121,25 +138,14 @@ pub(super) async fn subscribe(
     shutdown: CancellationToken,
     streams: &TopicStreams,
 ) -> Result<TopicEventStream, Status> {
-    let first = tokio::time::timeout(CLIENT_WITHIN, incoming.next())
-        .await
-        .map_err(|_| {
-            Status::deadline_exceeded(format!(
-                "no initial request within {CLIENT_WITHIN:?}: the first message must be initial_request"
-            ))
-        })?
-        .transpose()?
-        .and_then(|m| m.subscribe_topic_events_request_type);
-    let Some(RequestType::InitialRequest(initial)) = first else {
-        return Err(Status::invalid_argument(
-            "initial request is required: the first message must be initial_request",
-        ));
-    };
+    let initial = initial_request(&mut incoming, &shutdown).await?;
     check_names(&initial)?;
     check_request_metadata(("pubsub", &echoed(&initial.pubsub_name)), &initial.metadata)?;
+    // A second stream to the topic is refused before it takes a place.
+    let claim = streams.claims.claim(&initial.pubsub_name, &initial.topic)?;
     // Taken before the broker subscription is: held by the sink, so
-    // until the delivery has ended and let go of it. So is the stream's
-    // entry in the sidecar's metadata.
+    // until the delivery has ended and let go of it. So are the claim and
+    // the stream's entry in the sidecar's metadata.
     let place = streams.open()?;
     let dead_letter_topic = initial.dead_letter_topic.filter(|t| !t.is_empty());
     let listing = StreamingSubscriptions::of(&state.metrics).open(
@@ -155,7 +161,11 @@ pub(super) async fn subscribe(
             "topic `{}` of pub/sub `{}`",
             initial.topic, initial.pubsub_name
         ),
-        Some((place, listing)),
+        Some(StreamPlace {
+            _claim: claim,
+            _place: place,
+            _listing: listing,
+        }),
     ));
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
@@ -171,14 +181,15 @@ pub(super) async fn subscribe(
     };
     // Queued before any event can be.
     let _ = out.try_send(Ok(initial_response));
-    let delivering = delivery
-        .start(
-            &state.runtime,
-            sink.clone(),
-            initial.metadata,
-            shutdown.clone(),
-        )
-        .await?;
+    let starting = delivery.start(
+        &state.runtime,
+        sink.clone(),
+        initial.metadata,
+        shutdown.clone(),
+    );
+    // The broker may take up to `SUBSCRIBE_WITHIN` to answer.
+    let delivering =
+        unless_shutting_down(&shutdown, async { starting.await.map_err(Status::from) }).await?;
     tokio::spawn(end_when_delivery_ends(
         delivering,
         Arc::clone(&sink),
@@ -190,6 +201,55 @@ pub(super) async fn subscribe(
         incoming, sink, shutdown,
     )));
     Ok(Box::pin(outgoing))
+}
+
+/// The stream's initial request, which must come first and within
+/// [`CLIENT_WITHIN`]; `UNAVAILABLE` when the sidecar starts shutting down
+/// while it waits.
+async fn initial_request(
+    incoming: &mut impl IncomingAnswers,
+    shutdown: &CancellationToken,
+) -> Result<pb::SubscribeTopicEventsRequestInitialAlpha1, Status> {
+    let waiting = async {
+        tokio::time::timeout(CLIENT_WITHIN, incoming.next())
+            .await
+            .map_err(|_| {
+                Status::deadline_exceeded(format!(
+                    "no initial request within {CLIENT_WITHIN:?}: the first message must be \
+                     initial_request"
+                ))
+            })?
+            .transpose()
+    };
+    let first = unless_shutting_down(shutdown, waiting)
+        .await?
+        .and_then(|m| m.subscribe_topic_events_request_type);
+    let Some(RequestType::InitialRequest(initial)) = first else {
+        return Err(Status::invalid_argument(
+            "initial request is required: the first message must be initial_request",
+        ));
+    };
+    Ok(initial)
+}
+
+/// What a stream is told when the sidecar stops under it: `UNAVAILABLE`,
+/// the one code the Dapr SDKs resubscribe on.
+fn shutting_down() -> Status {
+    Status::unavailable("the sidecar is shutting down: subscribe again once it is back")
+}
+
+/// `wait`, unless the sidecar starts shutting down first (or has):
+/// then [`shutting_down`], so a client is not held for a sidecar that is
+/// going away.
+async fn unless_shutting_down<T>(
+    shutdown: &CancellationToken,
+    wait: impl Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    tokio::select! {
+        biased;
+        () = shutdown.cancelled() => Err(shutting_down()),
+        done = wait => done,
+    }
 }
 
 /// When the client last answered an event.
@@ -264,23 +324,28 @@ async fn end_when_delivery_ends(
     shutdown: CancellationToken,
 ) {
     let _ = delivering.await;
+    if shutdown.is_cancelled() {
+        // Whatever closed the stream meanwhile (the answers' reader stops
+        // on shutdown too): the client must hear `UNAVAILABLE` to
+        // subscribe again. A status already given stays the first.
+        sink.end.end(shutting_down());
+        return;
+    }
     if sink.end.is_closed() {
         // The client left (or was given up on already): nothing to say.
         return;
     }
-    let status = if shutdown.is_cancelled() {
-        Status::unavailable("the sidecar is shutting down: subscribe again once it is back")
-    } else {
-        Status::unavailable(format!(
-            "the subscription to the {} ended (the pub/sub was removed, or its new \
-             broker refused the subscription): subscribe again",
-            sink.subscription
-        ))
-    };
-    sink.end.end(status);
+    sink.end.end(Status::unavailable(format!(
+        "the subscription to the {} ended (the pub/sub was removed, or its new \
+         broker refused the subscription): subscribe again",
+        sink.subscription
+    )));
 }
 
-/// Settles events with the client's answers until it leaves.
+/// Settles events with the client's answers until it leaves. The sidecar
+/// shutting down ends the stream `UNAVAILABLE` (so the client subscribes
+/// again); a second initial request ends it `INVALID_ARGUMENT`, as Dapr's
+/// and Layotto's streamers do.
 async fn read_answers(
     mut incoming: impl IncomingAnswers,
     sink: Arc<StreamSink>,
@@ -288,16 +353,26 @@ async fn read_answers(
 ) {
     loop {
         let next = tokio::select! {
-            () = shutdown.cancelled() => break,
+            () = shutdown.cancelled() => {
+                sink.end.end(shutting_down());
+                break;
+            }
             () = sink.out.closed() => break,
             next = incoming.next() => next,
         };
         let Some(Ok(message)) = next else { break };
-        if let Some(RequestType::EventProcessed(processed)) =
-            message.subscribe_topic_events_request_type
-        {
-            let status = processed.status.map_or(0, |s| s.status);
-            sink.answer(&processed.id, outcome_of(status));
+        match message.subscribe_topic_events_request_type {
+            Some(RequestType::EventProcessed(processed)) => {
+                let status = processed.status.map_or(0, |s| s.status);
+                sink.answer(&processed.id, outcome_of(status));
+            }
+            Some(RequestType::InitialRequest(_)) => {
+                sink.end.end(Status::invalid_argument(
+                    "duplicate initial request received",
+                ));
+                break;
+            }
+            None => {}
         }
     }
     sink.end.close();
@@ -323,17 +398,15 @@ struct StreamSink {
     progress: Progress,
     /// The topic and pub/sub, for that status.
     subscription: String,
-    /// The stream's place among the [`TopicStreams`] and its entry in
-    /// the sidecar's metadata, given back when the last holder of the sink
-    /// (the delivery) lets go of it.
-    _place: Option<(OwnedSemaphorePermit, StreamListing)>,
+    /// What the stream holds while open (none in unit tests).
+    _place: Option<StreamPlace>,
 }
 
 impl StreamSink {
     fn new(
         out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
         subscription: String,
-        place: Option<(OwnedSemaphorePermit, StreamListing)>,
+        place: Option<StreamPlace>,
     ) -> Self {
         Self {
             out,
@@ -426,16 +499,26 @@ impl EventSink for StreamSink {
                 return DeliveryOutcome::Retry;
             }
         }
+        // Biased, and the answer looked at once more when the stream
+        // closes or runs out of time: a client that answers and then
+        // closes (as the Python SDK does) has its SUCCESS or DROP kept,
+        // not turned into a retry by a random pick.
+        let mut answer = answer;
         tokio::select! {
-            answer = answer => answer.unwrap_or(DeliveryOutcome::Retry),
-            () = self.end.closed() => DeliveryOutcome::Retry,
+            biased;
+            answer = &mut answer => answer.unwrap_or(DeliveryOutcome::Retry),
+            () = self.end.closed() => answer.try_recv().unwrap_or(DeliveryOutcome::Retry),
             () = self.progress.stalled(sent_at, limit) => {
-                self.end.end(stalled());
-                DeliveryOutcome::Retry
+                answer.try_recv().unwrap_or_else(|_| {
+                    self.end.end(stalled());
+                    DeliveryOutcome::Retry
+                })
             }
             () = tokio::time::sleep(within) => {
-                self.end.end(late("answered"));
-                DeliveryOutcome::Retry
+                answer.try_recv().unwrap_or_else(|_| {
+                    self.end.end(late("answered"));
+                    DeliveryOutcome::Retry
+                })
             }
         }
     }
@@ -471,265 +554,4 @@ pub(super) fn topic_event_request(event: &TopicEvent) -> pb::TopicEventRequest {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::future::Future;
-
-    /// A sink for the topic `orders` of `bus`, and what its client reads,
-    /// with room for `queued` messages.
-    fn stream(
-        queued: usize,
-    ) -> (
-        Arc<StreamSink>,
-        impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Unpin,
-    ) {
-        let (out, outgoing) = mpsc::channel(queued);
-        let sink = Arc::new(StreamSink::new(
-            out,
-            "topic `orders` of pub/sub `bus`".into(),
-            None,
-        ));
-        let outgoing = EndableStream::new(outgoing, &sink.end);
-        (sink, outgoing)
-    }
-
-    fn event(id: &str) -> TopicEvent {
-        TopicEvent {
-            cloud_event: Default::default(),
-            routed: Default::default(),
-            id: id.into(),
-            data_content_type: "text/plain".into(),
-            data: b"x".to_vec(),
-            data_unreadable: None,
-            body: Vec::new(),
-            metadata: Default::default(),
-            pubsub_name: "bus".into(),
-            topic: "orders".into(),
-        }
-    }
-
-    /// `future`, or a failure once the paused clock is well past every
-    /// deadline (so a regression fails rather than hangs).
-    async fn bounded<T>(future: impl Future<Output = T>) -> T {
-        tokio::time::timeout(CLIENT_WITHIN * 4, future)
-            .await
-            .expect("ended long after every deadline")
-    }
-
-    /// `id` sent as the engine sends it without an inbound policy.
-    fn sent(sink: &Arc<StreamSink>, id: &str) -> tokio::task::JoinHandle<DeliveryOutcome> {
-        sent_within(sink, id, Duration::MAX)
-    }
-
-    fn sent_within(
-        sink: &Arc<StreamSink>,
-        id: &str,
-        within: Duration,
-    ) -> tokio::task::JoinHandle<DeliveryOutcome> {
-        let (sink, event) = (Arc::clone(sink), event(id));
-        tokio::spawn(async move { sink.send(&event, within).await })
-    }
-
-    /// The id of the event the client reads next.
-    async fn read(
-        outgoing: &mut (impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>
-                  + Unpin),
-    ) -> String {
-        match bounded(outgoing.next()).await {
-            Some(Ok(pb::SubscribeTopicEventsResponseAlpha1 {
-                subscribe_topic_events_response_type: Some(ResponseType::EventMessage(event)),
-            })) => event.id,
-            other => panic!("expected an event, got {other:?}"),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_event_whose_payload_cannot_be_read_is_retried_unsent() {
-        let (sink, mut outgoing) = stream(4);
-        let unreadable = TopicEvent {
-            data: Vec::new(),
-            data_unreadable: Some("its `data_base64` is not base64".into()),
-            ..event("bad")
-        };
-        let outcome = bounded(sink.send(&unreadable, Duration::MAX)).await;
-        assert_eq!(outcome, DeliveryOutcome::Retry);
-        // Not sent (an empty payload would be taken as the event's), and
-        // the stream goes on with the next event.
-        let next = sent(&sink, "e2");
-        assert_eq!(read(&mut outgoing).await, "e2");
-        sink.answer("e2", DeliveryOutcome::Success);
-        assert_eq!(bounded(next).await.ok(), Some(DeliveryOutcome::Success));
-        assert!(!sink.end.is_closed());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_serial_client_working_through_a_backlog_keeps_its_stream() {
-        let (sink, mut outgoing) = stream(64);
-        let first = sent(&sink, "e1");
-        let second = sent(&sink, "e2");
-        assert_eq!(read(&mut outgoing).await, "e1");
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        sink.answer("e1", DeliveryOutcome::Success);
-        assert_eq!(read(&mut outgoing).await, "e2");
-        // 40 s after e2 was sent, but only 20 s after the client's last
-        // answer: it is making progress.
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        sink.answer("e2", DeliveryOutcome::Success);
-        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
-        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
-        assert!(!sink.end.is_closed(), "the stream stays open");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_client_that_stops_answering_is_cut_once_it_makes_no_progress_for_the_limit() {
-        let (sink, mut outgoing) = stream(64);
-        let first = sent(&sink, "e1");
-        let second = sent(&sink, "e2");
-        let start = Instant::now();
-        assert_eq!(read(&mut outgoing).await, "e1");
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        sink.answer("e1", DeliveryOutcome::Success);
-        assert_eq!(read(&mut outgoing).await, "e2");
-        // No answer to e2, ever.
-        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
-        assert_eq!(
-            start.elapsed(),
-            Duration::from_secs(20) + CLIENT_WITHIN,
-            "cut the limit after the last answer"
-        );
-        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
-        let Some(Err(status)) = bounded(outgoing.next()).await else {
-            panic!("the stream must end with a status");
-        };
-        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
-        assert!(status.message().contains("`e2`"), "{}", status.message());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_policy_timeout_longer_than_the_limit_is_the_limit_instead() {
-        // A slow handler given 2 min by an inbound policy: 45 s on one
-        // event is not a stall.
-        let (sink, mut outgoing) = stream(64);
-        let delivery = sent_within(&sink, "e1", Duration::from_secs(120));
-        assert_eq!(read(&mut outgoing).await, "e1");
-        tokio::time::sleep(Duration::from_secs(45)).await;
-        sink.answer("e1", DeliveryOutcome::Success);
-        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Success));
-        assert!(!sink.end.is_closed(), "the stream goes on");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn events_taken_but_never_answered_are_no_progress() {
-        // A frozen client: tonic takes each event into its encoder, but
-        // nothing is answered; a publish every 20 s must not keep e1 held.
-        let (sink, mut outgoing) = stream(64);
-        let first = sent(&sink, "e1");
-        let start = Instant::now();
-        assert_eq!(read(&mut outgoing).await, "e1");
-        let mut later = Vec::new();
-        for id in ["e2", "e3"] {
-            tokio::time::sleep(Duration::from_secs(20)).await;
-            later.push(sent(&sink, id));
-            if !sink.end.is_closed() {
-                assert_eq!(read(&mut outgoing).await, id);
-            }
-        }
-        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
-        assert_eq!(
-            start.elapsed().as_secs(),
-            40,
-            "cut 30 s after e1, its take no progress"
-        );
-        assert!(sink.end.is_closed());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_inbound_policy_timeout_still_bounds_each_event() {
-        let (sink, mut outgoing) = stream(64);
-        let delivery = sent_within(&sink, "e1", Duration::from_secs(5));
-        let start = Instant::now();
-        assert_eq!(read(&mut outgoing).await, "e1");
-        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
-        let Some(Err(status)) = bounded(outgoing.next()).await else {
-            panic!("the stream must end with a status");
-        };
-        assert!(status.message().contains("5s"), "{}", status.message());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_answered_event_is_settled_as_answered() {
-        let (sink, mut outgoing) = stream(4);
-        let delivery = sent(&sink, "e1");
-        assert!(matches!(bounded(outgoing.next()).await, Some(Ok(_))));
-        sink.answer("e1", DeliveryOutcome::Drop);
-        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Drop));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_client_that_never_answers_has_its_stream_ended_and_the_event_retried() {
-        let (sink, mut outgoing) = stream(4);
-        let delivery = sent(&sink, "e1");
-        assert!(
-            matches!(bounded(outgoing.next()).await, Some(Ok(_))),
-            "the event"
-        );
-        // The paused clock runs ahead to the answer's deadline.
-        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
-        let Some(Err(status)) = bounded(outgoing.next()).await else {
-            panic!("the stream must end with a status");
-        };
-        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
-        assert!(
-            status.message().contains("`e1`")
-                && status.message().contains("topic `orders` of pub/sub `bus`"),
-            "{}",
-            status.message()
-        );
-        assert!(bounded(outgoing.next()).await.is_none());
-        assert!(sink.end.is_closed(), "the delivery engine sees it closed");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_client_that_stops_reading_has_its_stream_ended_before_what_is_queued() {
-        let (sink, mut outgoing) = stream(1);
-        let first = sent(&sink, "e1");
-        let second = sent(&sink, "e2");
-        // Neither is read: the first fills the queue, the second cannot
-        // be queued, and both are given up.
-        assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
-        assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
-        let Some(Err(status)) = bounded(outgoing.next()).await else {
-            panic!("the status comes ahead of the queued event");
-        };
-        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
-        assert!(bounded(outgoing.next()).await.is_none());
-    }
-
-    #[test]
-    fn streams_past_the_bound_are_refused_naming_it_until_one_closes() {
-        let streams = TopicStreams::new(2);
-        let first = streams.open().expect("the first");
-        let _second = streams.open().expect("the second");
-        let refused = streams.open().expect_err("past the bound");
-        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
-        assert!(
-            refused.message().contains("at most 2 "),
-            "{}",
-            refused.message()
-        );
-        drop(first);
-        assert!(
-            streams.open().is_ok(),
-            "a closed stream's place is free again"
-        );
-    }
-
-    #[test]
-    fn daprs_status_values_map_to_outcomes() {
-        assert_eq!(outcome_of(0), DeliveryOutcome::Success);
-        assert_eq!(outcome_of(1), DeliveryOutcome::Retry);
-        assert_eq!(outcome_of(2), DeliveryOutcome::Drop);
-        assert_eq!(outcome_of(7), DeliveryOutcome::Retry);
-    }
-}
+mod tests;

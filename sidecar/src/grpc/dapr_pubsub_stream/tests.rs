@@ -1,0 +1,384 @@
+//! The stream's sink, its answers and its ends.
+
+use super::*;
+use std::future::Future;
+
+/// A sink for the topic `orders` of `bus`, and what its client reads,
+/// with room for `queued` messages.
+fn stream(
+    queued: usize,
+) -> (
+    Arc<StreamSink>,
+    impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Unpin,
+) {
+    let (out, outgoing) = mpsc::channel(queued);
+    let sink = Arc::new(StreamSink::new(
+        out,
+        "topic `orders` of pub/sub `bus`".into(),
+        None,
+    ));
+    let outgoing = EndableStream::new(outgoing, &sink.end);
+    (sink, outgoing)
+}
+
+fn event(id: &str) -> TopicEvent {
+    TopicEvent {
+        cloud_event: Default::default(),
+        routed: Default::default(),
+        id: id.into(),
+        data_content_type: "text/plain".into(),
+        data: b"x".to_vec(),
+        data_unreadable: None,
+        body: Vec::new(),
+        metadata: Default::default(),
+        pubsub_name: "bus".into(),
+        topic: "orders".into(),
+    }
+}
+
+/// `future`, or a failure once the paused clock is well past every
+/// deadline (so a regression fails rather than hangs).
+async fn bounded<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(CLIENT_WITHIN * 4, future)
+        .await
+        .expect("ended long after every deadline")
+}
+
+/// `id` sent as the engine sends it without an inbound policy.
+fn sent(sink: &Arc<StreamSink>, id: &str) -> tokio::task::JoinHandle<DeliveryOutcome> {
+    sent_within(sink, id, Duration::MAX)
+}
+
+fn sent_within(
+    sink: &Arc<StreamSink>,
+    id: &str,
+    within: Duration,
+) -> tokio::task::JoinHandle<DeliveryOutcome> {
+    let (sink, event) = (Arc::clone(sink), event(id));
+    tokio::spawn(async move { sink.send(&event, within).await })
+}
+
+/// The id of the event the client reads next.
+async fn read(
+    outgoing: &mut (impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Unpin),
+) -> String {
+    match bounded(outgoing.next()).await {
+        Some(Ok(pb::SubscribeTopicEventsResponseAlpha1 {
+            subscribe_topic_events_response_type: Some(ResponseType::EventMessage(event)),
+        })) => event.id,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_whose_payload_cannot_be_read_is_retried_unsent() {
+    let (sink, mut outgoing) = stream(4);
+    let unreadable = TopicEvent {
+        data: Vec::new(),
+        data_unreadable: Some("its `data_base64` is not base64".into()),
+        ..event("bad")
+    };
+    let outcome = bounded(sink.send(&unreadable, Duration::MAX)).await;
+    assert_eq!(outcome, DeliveryOutcome::Retry);
+    // Not sent (an empty payload would be taken as the event's), and
+    // the stream goes on with the next event.
+    let next = sent(&sink, "e2");
+    assert_eq!(read(&mut outgoing).await, "e2");
+    sink.answer("e2", DeliveryOutcome::Success);
+    assert_eq!(bounded(next).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_serial_client_working_through_a_backlog_keeps_its_stream() {
+    let (sink, mut outgoing) = stream(64);
+    let first = sent(&sink, "e1");
+    let second = sent(&sink, "e2");
+    assert_eq!(read(&mut outgoing).await, "e1");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    sink.answer("e1", DeliveryOutcome::Success);
+    assert_eq!(read(&mut outgoing).await, "e2");
+    // 40 s after e2 was sent, but only 20 s after the client's last
+    // answer: it is making progress.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    sink.answer("e2", DeliveryOutcome::Success);
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed(), "the stream stays open");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_answering_is_cut_once_it_makes_no_progress_for_the_limit() {
+    let (sink, mut outgoing) = stream(64);
+    let first = sent(&sink, "e1");
+    let second = sent(&sink, "e2");
+    let start = Instant::now();
+    assert_eq!(read(&mut outgoing).await, "e1");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    sink.answer("e1", DeliveryOutcome::Success);
+    assert_eq!(read(&mut outgoing).await, "e2");
+    // No answer to e2, ever.
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(20) + CLIENT_WITHIN,
+        "cut the limit after the last answer"
+    );
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Success));
+    let Some(Err(status)) = bounded(outgoing.next()).await else {
+        panic!("the stream must end with a status");
+    };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert!(status.message().contains("`e2`"), "{}", status.message());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_timeout_longer_than_the_limit_is_the_limit_instead() {
+    // A slow handler given 2 min by an inbound policy: 45 s on one
+    // event is not a stall.
+    let (sink, mut outgoing) = stream(64);
+    let delivery = sent_within(&sink, "e1", Duration::from_secs(120));
+    assert_eq!(read(&mut outgoing).await, "e1");
+    tokio::time::sleep(Duration::from_secs(45)).await;
+    sink.answer("e1", DeliveryOutcome::Success);
+    assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed(), "the stream goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_taken_but_never_answered_are_no_progress() {
+    // A frozen client: tonic takes each event into its encoder, but
+    // nothing is answered; a publish every 20 s must not keep e1 held.
+    let (sink, mut outgoing) = stream(64);
+    let first = sent(&sink, "e1");
+    let start = Instant::now();
+    assert_eq!(read(&mut outgoing).await, "e1");
+    let mut later = Vec::new();
+    for id in ["e2", "e3"] {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        later.push(sent(&sink, id));
+        if !sink.end.is_closed() {
+            assert_eq!(read(&mut outgoing).await, id);
+        }
+    }
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+    assert_eq!(
+        start.elapsed().as_secs(),
+        40,
+        "cut 30 s after e1, its take no progress"
+    );
+    assert!(sink.end.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inbound_policy_timeout_still_bounds_each_event() {
+    let (sink, mut outgoing) = stream(64);
+    let delivery = sent_within(&sink, "e1", Duration::from_secs(5));
+    let start = Instant::now();
+    assert_eq!(read(&mut outgoing).await, "e1");
+    assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+    let Some(Err(status)) = bounded(outgoing.next()).await else {
+        panic!("the stream must end with a status");
+    };
+    assert!(status.message().contains("5s"), "{}", status.message());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answered_event_is_settled_as_answered() {
+    let (sink, mut outgoing) = stream(4);
+    let delivery = sent(&sink, "e1");
+    assert!(matches!(bounded(outgoing.next()).await, Some(Ok(_))));
+    sink.answer("e1", DeliveryOutcome::Drop);
+    assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Drop));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_answers_has_its_stream_ended_and_the_event_retried() {
+    let (sink, mut outgoing) = stream(4);
+    let delivery = sent(&sink, "e1");
+    assert!(
+        matches!(bounded(outgoing.next()).await, Some(Ok(_))),
+        "the event"
+    );
+    // The paused clock runs ahead to the answer's deadline.
+    assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
+    let Some(Err(status)) = bounded(outgoing.next()).await else {
+        panic!("the stream must end with a status");
+    };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert!(
+        status.message().contains("`e1`")
+            && status.message().contains("topic `orders` of pub/sub `bus`"),
+        "{}",
+        status.message()
+    );
+    assert!(bounded(outgoing.next()).await.is_none());
+    assert!(sink.end.is_closed(), "the delivery engine sees it closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_has_its_stream_ended_before_what_is_queued() {
+    let (sink, mut outgoing) = stream(1);
+    let first = sent(&sink, "e1");
+    let second = sent(&sink, "e2");
+    // Neither is read: the first fills the queue, the second cannot
+    // be queued, and both are given up.
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Retry));
+    let Some(Err(status)) = bounded(outgoing.next()).await else {
+        panic!("the status comes ahead of the queued event");
+    };
+    assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+    assert!(bounded(outgoing.next()).await.is_none());
+}
+
+#[test]
+fn streams_past_the_bound_are_refused_naming_it_until_one_closes() {
+    let streams = TopicStreams::new(2);
+    let first = streams.open().expect("the first");
+    let _second = streams.open().expect("the second");
+    let refused = streams.open().expect_err("past the bound");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("at most 2 "),
+        "{}",
+        refused.message()
+    );
+    drop(first);
+    assert!(
+        streams.open().is_ok(),
+        "a closed stream's place is free again"
+    );
+}
+
+#[test]
+fn daprs_status_values_map_to_outcomes() {
+    assert_eq!(outcome_of(0), DeliveryOutcome::Success);
+    assert_eq!(outcome_of(1), DeliveryOutcome::Retry);
+    assert_eq!(outcome_of(2), DeliveryOutcome::Drop);
+    assert_eq!(outcome_of(7), DeliveryOutcome::Retry);
+}
+
+/// What the client sends: `messages`, then nothing, the stream left open.
+fn incoming(messages: Vec<pb::SubscribeTopicEventsRequestAlpha1>) -> impl IncomingAnswers {
+    tokio_stream::iter(messages.into_iter().map(Ok)).chain(tokio_stream::pending())
+}
+
+fn initial() -> pb::SubscribeTopicEventsRequestAlpha1 {
+    pb::SubscribeTopicEventsRequestAlpha1 {
+        subscribe_topic_events_request_type: Some(RequestType::InitialRequest(
+            pb::SubscribeTopicEventsRequestInitialAlpha1 {
+                pubsub_name: "bus".into(),
+                topic: "orders".into(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// The status the stream ends with.
+async fn ending(
+    outgoing: &mut (impl Stream<Item = Result<pb::SubscribeTopicEventsResponseAlpha1, Status>> + Unpin),
+) -> Status {
+    match bounded(outgoing.next()).await {
+        Some(Err(status)) => status,
+        other => panic!("expected the stream to end with a status, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_ends_the_stream_unavailable_so_the_client_subscribes_again() {
+    let (sink, mut outgoing) = stream(4);
+    let shutdown = CancellationToken::new();
+    tokio::spawn(read_answers(
+        incoming(Vec::new()),
+        Arc::clone(&sink),
+        shutdown.clone(),
+    ));
+    // As the engine: it stops on shutdown, and its last events settle
+    // once the stream is closed (after the answers' reader stopped).
+    let delivering = tokio::spawn({
+        let (shutdown, end) = (shutdown.clone(), sink.end.clone());
+        async move {
+            shutdown.cancelled().await;
+            end.closed().await;
+        }
+    });
+    tokio::spawn(end_when_delivery_ends(
+        delivering,
+        Arc::clone(&sink),
+        shutdown.clone(),
+    ));
+    shutdown.cancel();
+    let status = ending(&mut outgoing).await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("shutting down"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_given_just_before_the_stream_closes_is_kept() {
+    // The Python SDK answers its last event and closes: with both ready,
+    // the answer must win every time, not half of them.
+    for _ in 0..32 {
+        let (sink, mut outgoing) = stream(4);
+        let delivery = sent(&sink, "e1");
+        assert_eq!(read(&mut outgoing).await, "e1");
+        sink.answer("e1", DeliveryOutcome::Success);
+        sink.end.close();
+        assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Success));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_initial_request_ends_the_stream_invalid_argument() {
+    let (sink, mut outgoing) = stream(4);
+    tokio::spawn(read_answers(
+        incoming(vec![initial()]),
+        Arc::clone(&sink),
+        CancellationToken::new(),
+    ));
+    let status = ending(&mut outgoing).await;
+    assert_eq!(
+        (status.code(), status.message()),
+        (
+            tonic::Code::InvalidArgument,
+            "duplicate initial request received"
+        )
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_while_waiting_for_the_initial_request_answers_unavailable() {
+    let shutdown = CancellationToken::new();
+    let mut silent = incoming(Vec::new());
+    let waiting = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { initial_request(&mut silent, &shutdown).await }
+    });
+    tokio::task::yield_now().await;
+    shutdown.cancel();
+    let refused = bounded(waiting)
+        .await
+        .expect("the wait ends")
+        .expect_err("no initial request came");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_initial_request_is_read_from_the_first_message() {
+    let request = bounded(initial_request(
+        &mut incoming(vec![initial()]),
+        &CancellationToken::new(),
+    ))
+    .await
+    .expect("an initial request");
+    assert_eq!(
+        (request.pubsub_name.as_str(), request.topic.as_str()),
+        ("bus", "orders")
+    );
+}
