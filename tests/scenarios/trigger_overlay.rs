@@ -246,7 +246,7 @@ async fn a_read_of_the_key_the_file_moved_the_overlay_from_is_not_laid() {
         store: "cfg".into(),
         key: "rewire.components".into(),
     };
-    let change = LayerChange::overlay_read(old, Some(late), None);
+    let change = LayerChange::overlay_read(old, "shop", Some(late), None);
     let request = rewire::ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
     let record = runtime.reload(request).await.unwrap();
     assert_eq!(record.outcome, Outcome::NoChange, "{record:#?}");
@@ -255,6 +255,51 @@ async fn a_read_of_the_key_the_file_moved_the_overlay_from_is_not_laid() {
         Some(json!(40)),
         "the old key's read was laid"
     );
+    runtime.shutdown().await;
+}
+
+/// The operator changes only the app id (shop to shop2): shop2's
+/// app-specific document comes into force, and a read made for shop
+/// landing after that file (queued behind it, or made by the old watch
+/// before the new one replaced it; here laid as such a read would be) is
+/// not laid over shop2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_made_for_the_app_id_the_file_changed_from_is_not_laid() {
+    use rewire::config::{parse_patch, LayerChange, OverlaySpec};
+    let config = r#"{"appId": "APP", "components": {
+        "config_store": {"cfg": {"type": "memory", "metadata": {"items": {
+            "rewire.components.shop": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 30}}}}},
+            "rewire.components.shop2": {"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 40}}}}}
+        }}}},
+        "state": {"s": {"type": "memory", "metadata": {"defaultTtlInSeconds": 10}}}
+    }, "overlay": {"store": "cfg", "key": "rewire.components"}}"#;
+    let runtime = support::start(&config.replace("APP", "shop"))
+        .await
+        .unwrap();
+    let ttl = |runtime: &rewire::Runtime| running_field(runtime, &s(), "defaultTtlInSeconds");
+    assert_eq!(ttl(&runtime), Some(json!(30)), "{:#?}", runtime.history());
+
+    let shop2 = rewire::config::parse(config.replace("APP", "shop2").as_bytes()).unwrap();
+    runtime.apply(shop2).await.unwrap();
+    let shop2_in_force = eventually(Duration::from_secs(30), || {
+        (ttl(&runtime) == Some(json!(40))).then_some(())
+    })
+    .await;
+    assert!(shop2_in_force.is_some(), "{:#?}", runtime.history());
+
+    let shops = parse_patch(
+        br#"{"components": {"state": {"s": {"metadata": {"defaultTtlInSeconds": 50}}}}}"#,
+    )
+    .unwrap();
+    let spec = OverlaySpec {
+        store: "cfg".into(),
+        key: "rewire.components".into(),
+    };
+    let change = LayerChange::overlay_read(spec, "shop", None, Some(shops));
+    let request = rewire::ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
+    let record = runtime.reload(request).await.unwrap();
+    assert_eq!(record.outcome, Outcome::NoChange, "{record:#?}");
+    assert_eq!(ttl(&runtime), Some(json!(40)), "shop's read was laid");
     runtime.shutdown().await;
 }
 

@@ -3,7 +3,8 @@
 //! recomputed from the layers on every change, with the layer each value
 //! came from.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -89,12 +90,13 @@ pub enum LayerChange {
     /// A new base configuration.
     File(Config),
     /// New overlay documents: the common key's, then the rest of the read
-    /// ([`OverlayRead`]: the app-specific key's document and the overlay
-    /// both were read from; see [`LayerChange::overlay_read`]). A read
-    /// from an overlay other than the one the file names is ignored (see
-    /// [`Layers::apply`]). Without the rest (`None`: no app-specific
-    /// document, and no word on where the read was made) the documents
-    /// are laid while the file names any overlay.
+    /// ([`OverlayRead`]: the app-specific key's document, the overlay both
+    /// were read from and the app id the read was made for; see
+    /// [`LayerChange::overlay_read`]). A read from an overlay other than
+    /// the one the file names, or for another app id than the file's, is
+    /// ignored (see [`Layers::apply`]). Without the rest (`None`: no
+    /// app-specific document, and no word on where the read was made) the
+    /// documents are laid while the file names any overlay.
     Overlay(Option<ConfigPatch>, Option<OverlayRead>),
     /// A control-plane decision about one component.
     Push(ComponentKey, Push),
@@ -109,18 +111,24 @@ pub enum LayerChange {
 pub struct OverlayRead {
     /// The overlay (store and common key) both documents were read from.
     pub from: OverlaySpec,
+    /// The app id the read was made for: the app-specific key read was
+    /// `<key>.<app_id>`.
+    pub app_id: String,
     /// The app-specific key's document (`None`: absent or empty).
     pub app: Option<ConfigPatch>,
 }
 
 impl LayerChange {
-    /// The overlay documents `common` and `app` read from `from`.
+    /// The overlay documents `common` and `app` read from `from` for the
+    /// app `app_id` (`app` from `<key>.<app_id>`).
     pub fn overlay_read(
         from: OverlaySpec,
+        app_id: impl Into<String>,
         common: Option<ConfigPatch>,
         app: Option<ConfigPatch>,
     ) -> Self {
-        Self::Overlay(common, Some(OverlayRead { from, app }))
+        let app_id = app_id.into();
+        Self::Overlay(common, Some(OverlayRead { from, app_id, app }))
     }
 }
 
@@ -153,16 +161,39 @@ pub struct Layers {
 }
 
 /// The untyped overlay components that nothing below declares, skipped by
-/// layings and warned about, each with what the overlay documents said of
-/// it then; shared by the copies of one runtime's layers, so each skip (a
-/// component, and what the documents say of it) is warned about once:
-/// not at every recompute, nor again after a laying that did not skip it
-/// (the layers in force, laid between two tries of a candidate that is
-/// rejected or rolled back). Other documents of it skipped are news. Kept
-/// for the runtime's life, one entry per component ever skipped. Not part
-/// of what the layers say: any two are equal.
+/// layings and warned about, each with a digest of what the overlay
+/// documents said of it then; shared by the copies of one runtime's
+/// layers, so each skip (a component, and what the documents say of it)
+/// is warned about once: not at every recompute, nor again after a laying
+/// that did not skip it (the layers in force, laid between two tries of a
+/// candidate that is rejected or rolled back). Other documents of it
+/// skipped are news. Holds a keyed digest of the documents, never the
+/// documents themselves (they may carry secrets inline), for at most
+/// [`SKIPS_REMEMBERED`] components: the oldest is forgotten first (costing
+/// one more warning if it is skipped again). Not part of what the layers
+/// say: any two are equal.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SkippedOverlay(Arc<Mutex<BTreeMap<ComponentKey, SkippedPatches>>>);
+pub(crate) struct SkippedOverlay(Arc<SkipMemory>);
+
+/// At most this many skipped components are remembered (see
+/// [`SkippedOverlay`]).
+pub(crate) const SKIPS_REMEMBERED: usize = 1_024;
+
+/// What [`SkippedOverlay`] shares.
+#[derive(Debug, Default)]
+struct SkipMemory {
+    /// The digest's key, drawn per memory.
+    keys: RandomState,
+    warned: Mutex<WarnedSkips>,
+}
+
+/// The skips warned about: a digest of the documents by component, and
+/// the components in the order they were first remembered.
+#[derive(Debug, Default)]
+struct WarnedSkips {
+    digests: BTreeMap<ComponentKey, u64>,
+    oldest_first: VecDeque<ComponentKey>,
+}
 
 /// What the overlay's common and app-specific documents say of a skipped
 /// component.
@@ -180,21 +211,85 @@ impl SkippedOverlay {
     /// when it was), and remembers it; returns the components warned
     /// about.
     fn remember(&self, skipped: BTreeMap<ComponentKey, SkippedPatches>) -> Vec<ComponentKey> {
-        let mut warned = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let digests: Vec<(ComponentKey, u64)> = skipped
+            .into_iter()
+            .map(|(key, patches)| {
+                let digest = self.digest(&patches);
+                (key, digest)
+            })
+            .collect();
+        let mut warned = self.0.warned.lock().unwrap_or_else(|p| p.into_inner());
         let mut news = Vec::new();
-        for (key, patches) in skipped {
-            if warned.get(&key) == Some(&patches) {
+        for (key, digest) in digests {
+            if warned.digests.get(&key) == Some(&digest) {
                 continue;
             }
             tracing::warn!(
                 component = %key,
                 "Overlay component {key} skipped: nothing below declares it and neither overlay document gives its `type`; give `type` to add it."
             );
-            warned.insert(key.clone(), patches);
+            warned.insert(key.clone(), digest);
             news.push(key);
         }
         news
     }
+
+    /// How many components are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let warned = self.0.warned.lock().unwrap_or_else(|p| p.into_inner());
+        warned.digests.len()
+    }
+
+    /// A digest of `patches`, keyed by this memory's key.
+    fn digest(&self, patches: &SkippedPatches) -> u64 {
+        let mut hasher = self.0.keys.build_hasher();
+        for patch in [&patches.0, &patches.1] {
+            match patch {
+                Some(patch) => {
+                    1u8.hash(&mut hasher);
+                    hash_patch(patch, &mut hasher);
+                }
+                None => 0u8.hash(&mut hasher),
+            }
+        }
+        hasher.finish()
+    }
+}
+
+impl WarnedSkips {
+    /// Remembers `digest` for `key`, forgetting the component remembered
+    /// first when more than [`SKIPS_REMEMBERED`] would be.
+    fn insert(&mut self, key: ComponentKey, digest: u64) {
+        if self.digests.insert(key.clone(), digest).is_none() {
+            self.oldest_first.push_back(key);
+        }
+        while self.digests.len() > SKIPS_REMEMBERED {
+            let Some(oldest) = self.oldest_first.pop_front() else {
+                break;
+            };
+            self.digests.remove(&oldest);
+        }
+    }
+}
+
+/// Feeds every field of `patch` to `hasher` (metadata values as their
+/// JSON text).
+fn hash_patch(patch: &ComponentPatch, hasher: &mut impl Hasher) {
+    patch.type_name.hash(hasher);
+    patch.metadata.len().hash(hasher);
+    for (field, value) in &patch.metadata {
+        field.hash(hasher);
+        value.to_string().hash(hasher);
+    }
+    let component_refs = patch
+        .component_refs
+        .as_ref()
+        .map(|refs| refs.iter().map(|r| &r.key).collect::<Vec<_>>());
+    component_refs.hash(hasher);
+    patch.secret_refs.hash(hasher);
+    patch.configuration_refs.hash(hasher);
+    patch.scopes.hash(hasher);
 }
 
 impl Layers {
@@ -207,11 +302,14 @@ impl Layers {
     }
 
     /// Lays `change` over these layers. A file that names no overlay drops
-    /// the overlay documents (see [`Self::changed`]), and overlay
-    /// documents laid over such a file are ignored (stale: read from the
-    /// overlay the previous file named), as are documents read from an
-    /// overlay (store or key) other than the one the file names (read
-    /// before a file that moved the overlay). A push without
+    /// the overlay documents, and one with another app id the app-specific
+    /// document (see [`Self::changed`]); overlay documents laid over a
+    /// file naming no overlay are ignored (stale: read from the overlay
+    /// the previous file named), as are documents read from an overlay
+    /// (store or key) other than the one the file names (read before a
+    /// file that moved the overlay), or for another app id than the
+    /// file's (read before a file that changed it: the app-specific
+    /// document is another app's). A push without
     /// `type` keeps the type in force now (read here, inside the
     /// serialised reload, so a concurrent type change is not undone);
     /// removing, releasing or amending a component the layers do not
@@ -227,6 +325,8 @@ impl Layers {
             LayerChange::File(file) => {
                 if file.overlay.is_none() {
                     self.overlay = None;
+                }
+                if !self.keeps_overlay_app(&file) {
                     self.overlay_app = None;
                 }
                 self.file = file;
@@ -243,9 +343,10 @@ impl Layers {
                     return Ok(());
                 };
                 let (from, app) = match rest {
-                    Some(OverlayRead { from, app }) => (Some(from), app),
+                    Some(OverlayRead { from, app_id, app }) => (Some((from, app_id)), app),
                     None => (None, None),
                 };
+                let (from, app_id) = from.unzip();
                 if let Some(from) = from.filter(|from| from != named) {
                     // Read before a file that moved the overlay (queued
                     // behind it, or by the old watch before the new one
@@ -256,6 +357,18 @@ impl Layers {
                         store = %named.store,
                         key = %named.key,
                         "Overlay documents ignored: read from an overlay the configuration file no longer names (read before it moved the overlay to another store or key)."
+                    );
+                    return Ok(());
+                }
+                if let Some(read_for) = app_id.filter(|id| *id != self.file.app_id) {
+                    // Read before a file that changed the app id (queued
+                    // behind it, or by the old watch before the new one
+                    // replaced it): its app-specific document is the
+                    // other app's; the new app id's watch sends its own.
+                    tracing::info!(
+                        read_for = %read_for,
+                        app_id = %self.file.app_id,
+                        "Overlay documents ignored: read for an app id the configuration file no longer gives (read before it changed the app id)."
                     );
                     return Ok(());
                 }
@@ -317,14 +430,18 @@ impl Layers {
     /// overlay drops the overlay documents (no watch is left to clear
     /// them); one that names an overlay, even at another key or store,
     /// keeps them until the watch of the overlay it names replaces them
-    /// (a read from the overlay it no longer names is ignored meanwhile).
+    /// (a read from the overlay it no longer names is ignored meanwhile),
+    /// but for the app-specific document when the file gives another app
+    /// id: that document is the old app's (the new app id's watch reads
+    /// its own).
     pub fn changed(&self, change: LayerChange) -> Result<Self, Problem> {
         if let LayerChange::File(file) = change {
             let overlaid = file.overlay.is_some();
+            let keeps_app = self.keeps_overlay_app(&file);
             return Ok(Self {
-                file,
                 overlay: self.overlay.clone().filter(|_| overlaid),
-                overlay_app: self.overlay_app.clone().filter(|_| overlaid),
+                overlay_app: self.overlay_app.clone().filter(|_| keeps_app),
+                file,
                 pushes: self.pushes.clone(),
                 skipped: self.skipped.clone(),
             });
@@ -332,6 +449,13 @@ impl Layers {
         let mut changed = self.clone();
         changed.apply(change)?;
         Ok(changed)
+    }
+
+    /// Whether the app-specific overlay document stays laid under `file`:
+    /// it names an overlay, and gives the same app id (the document was
+    /// read from `<key>.<app id>`).
+    fn keeps_overlay_app(&self, file: &Config) -> bool {
+        file.overlay.is_some() && file.app_id == self.file.app_id
     }
 
     /// The type of `key` in the effective configuration, if declared.
@@ -625,7 +749,10 @@ mod tests {
         parse(text.as_bytes()).unwrap()
     }
 
-    /// A file declaring no component, naming an overlay.
+    /// The app id of a file that gives none.
+    const NO_APP_ID: &str = "";
+
+    /// A file declaring no component, naming an overlay (and no app id).
     const OVERLAID_EMPTY: &str =
         r#"{"components": {}, "overlay": {"store": "cfg", "key": "rewire.components"}}"#;
 
@@ -690,7 +817,7 @@ mod tests {
             let app = format!(
                 r#"{{"components": {{"state": {{"s": {{"metadata": {{"app": "{value}"}}}}}}}}}}"#
             );
-            LayerChange::overlay_read(from, Some(patch(&text)), Some(patch(&app)))
+            LayerChange::overlay_read(from, NO_APP_ID, Some(patch(&text)), Some(patch(&app)))
         };
         let in_force = |layers: &Layers| {
             let config = layers.effective_config();
@@ -715,7 +842,12 @@ mod tests {
         assert_eq!(layers.changed(read(old.clone(), "d2")).unwrap(), before);
         // An empty read of the old key does not drop the documents either.
         layers
-            .apply(LayerChange::overlay_read(old.clone(), None, None))
+            .apply(LayerChange::overlay_read(
+                old.clone(),
+                NO_APP_ID,
+                None,
+                None,
+            ))
             .unwrap();
         assert_eq!(layers, before);
 
@@ -739,6 +871,66 @@ mod tests {
         };
         layers.apply(read(new_store, "d5")).unwrap();
         assert_eq!(in_force(&layers), (json!("d5"), json!("d5")));
+    }
+
+    /// The operator changes only the app id (shop to shop2): the
+    /// app-specific document read from `<key>.shop` is dropped, by
+    /// `apply` and by `changed` alike, the common one kept; a read made
+    /// for shop (queued behind the file, or by the old watch before the
+    /// new one replaced it) is not laid over shop2; shop2's read is.
+    #[test]
+    fn an_app_specific_document_read_for_another_app_id_is_dropped_and_not_laid() {
+        let s = ComponentKey::new("state", "s");
+        let shop_file = |app_id: &str| {
+            file(&format!(
+                r#"{{"appId": "{app_id}", "components": {{"state": {{"s": {{"type": "memory"}}}}}},
+                    "overlay": {{"store": "cfg", "key": "rewire.components"}}}}"#
+            ))
+        };
+        let common = patch(r#"{"components": {"state": {"s": {"metadata": {"c": "common"}}}}}"#);
+        let read_for = |app_id: &str| {
+            let app = format!(
+                r#"{{"components": {{"state": {{"s": {{"metadata": {{"d": "{app_id}"}}}}}}}}}}"#
+            );
+            LayerChange::overlay_read(
+                cfg_overlay("rewire.components"),
+                app_id,
+                Some(common.clone()),
+                Some(patch(&app)),
+            )
+        };
+        let d = |layers: &Layers| {
+            let config = layers.effective_config();
+            config.components[&s].metadata.get("d").cloned()
+        };
+        let mut layers = Layers::new(shop_file("shop"));
+        layers.apply(read_for("shop")).unwrap();
+        assert_eq!(d(&layers), Some(json!("shop")));
+
+        // Only the app id changes: shop's document goes, the common one
+        // stays.
+        let changed = layers
+            .changed(LayerChange::File(shop_file("shop2")))
+            .unwrap();
+        assert_eq!(changed.overlay_app, None, "changed keeps shop's document");
+        assert_eq!(changed.overlay, Some(common.clone()));
+        layers.apply(LayerChange::File(shop_file("shop2"))).unwrap();
+        assert_eq!(layers.overlay_app, None, "apply keeps shop's document");
+        assert_eq!(layers.overlay, Some(common.clone()));
+        assert_eq!(d(&layers), None);
+
+        // shop's read, late: not laid over shop2.
+        let before = layers.clone();
+        layers.apply(read_for("shop")).unwrap();
+        assert_eq!(layers, before, "shop's read laid over shop2");
+        assert_eq!(layers.changed(read_for("shop")).unwrap(), before);
+
+        // shop2's read is.
+        layers.apply(read_for("shop2")).unwrap();
+        assert_eq!(d(&layers), Some(json!("shop2")));
+        // The same file again (the app id unchanged) keeps it.
+        layers.apply(LayerChange::File(shop_file("shop2"))).unwrap();
+        assert_eq!(d(&layers), Some(json!("shop2")));
     }
 
     #[test]
@@ -831,6 +1023,7 @@ mod tests {
         layers
             .apply(LayerChange::overlay_read(
                 cfg_overlay("rewire.components"),
+                NO_APP_ID,
                 Some(patch(
                     r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
                 )),
@@ -855,6 +1048,7 @@ mod tests {
         layers
             .apply(LayerChange::overlay_read(
                 cfg_overlay("rewire.components"),
+                NO_APP_ID,
                 Some(patch(
                     r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
                 )),
@@ -878,7 +1072,12 @@ mod tests {
             let text = format!(
                 r#"{{"components": {{"state": {{"orders": {{"metadata": {{"redisHost": "{host}"}}}}}}}}}}"#
             );
-            LayerChange::overlay_read(cfg_overlay("rewire.components"), Some(patch(&text)), None)
+            LayerChange::overlay_read(
+                cfg_overlay("rewire.components"),
+                NO_APP_ID,
+                Some(patch(&text)),
+                None,
+            )
         };
         let declared = file(
             r#"{"components": {"state": {"orders": {"type": "redis"}}},
@@ -897,6 +1096,41 @@ mod tests {
         // Another document of it, skipped: news.
         let other = candidate.changed(amended("dr2:6379")).unwrap();
         assert_eq!(other.laid(false).2, vec![orders]);
+    }
+
+    /// Every laying skipping a component never skipped before: the skip
+    /// memory stays within its bound, forgetting the oldest first (warned
+    /// about again if skipped again), and holds no document.
+    #[test]
+    fn the_skip_memory_is_bounded_and_forgets_the_oldest_first() {
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
+        let skipping = |i: usize| {
+            let text = format!(
+                r#"{{"components": {{"state": {{"c{i}": {{"metadata": {{"note": "inline-value-{i}"}}}}}}}}}}"#
+            );
+            LayerChange::Overlay(Some(patch(&text)), None)
+        };
+        for i in 0..10_000 {
+            layers.apply(skipping(i)).unwrap();
+            assert_eq!(layers.laid(false).2.len(), 1, "c{i} is news");
+        }
+        assert!(
+            layers.skipped.len() <= 1_024,
+            "{} skips remembered",
+            layers.skipped.len()
+        );
+        // The latest is remembered, the oldest forgotten.
+        assert_eq!(layers.laid(false).2, Vec::new(), "the latest again");
+        layers.apply(skipping(0)).unwrap();
+        assert_eq!(
+            layers.laid(false).2,
+            vec![ComponentKey::new("state", "c0")],
+            "forgotten: warned about again"
+        );
+        assert!(
+            !format!("{:?}", layers.skipped).contains("inline-value"),
+            "the memory holds a document"
+        );
     }
 
     #[test]

@@ -330,7 +330,7 @@ impl Runtime {
             Ok((None, None)) => {}
             Ok(documents) => {
                 let (common, app) = documents.clone();
-                let change = LayerChange::overlay_read(spec.clone(), common, app);
+                let change = LayerChange::overlay_read(spec.clone(), app_id, common, app);
                 let request = ReloadRequest::of_changes(Trigger::Overlay, vec![change]);
                 // Rejected: the watch does not send the same documents
                 // again (a rollback, which may pass next time, it does).

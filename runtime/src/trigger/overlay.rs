@@ -314,7 +314,7 @@ async fn overlay_changed(
             let differs = in_force != documents || cx.overlay_tried.other_sent(&documents);
             if differs && cx.overlay_tried.first_try(generation, &documents) {
                 let (common, app) = documents;
-                let change = LayerChange::overlay_read(spec.clone(), common, app);
+                let change = LayerChange::overlay_read(spec.clone(), app_id, common, app);
                 cx.request(ReloadRequest::of_changes(Trigger::Overlay, vec![change]));
             }
         }
@@ -412,17 +412,18 @@ mod tests {
 
     /// The overlay documents of the next reload queued (within a minute),
     /// read from the overlay at `rewire.components` of `cfg` (as
-    /// [`overlay_of`] names it).
+    /// [`overlay_of`] names it) for the app `shop`.
     async fn next_sent(queued: &mut QueueReceiver) -> OverlayDocuments {
         let next = tokio::time::timeout(Duration::from_secs(60), queued.recv()).await;
         match next {
             Ok(Some(Queued::Reload(request))) => match request.changes.as_slice() {
-                [LayerChange::Overlay(common, Some(OverlayRead { from, app }))] => {
+                [LayerChange::Overlay(common, Some(OverlayRead { from, app_id, app }))] => {
                     assert_eq!(
                         (from.store.as_str(), from.key.as_str()),
                         ("cfg", "rewire.components"),
                         "the overlay read from"
                     );
+                    assert_eq!(app_id, "shop", "the app id read for");
                     (common.clone(), app.clone())
                 }
                 other => panic!("not an overlay change naming its overlay: {other:?}"),
