@@ -18,6 +18,7 @@ use opentelemetry_sdk::Resource;
 use rewire_runtime::config::OtelProtocol;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::grpc_channel;
 use super::settings::TraceSettings;
 use super::stats::TraceStats;
 use super::tls::ExportTls;
@@ -43,6 +44,16 @@ pub(super) fn build_exporter(
     endpoint: &str,
     tls: &ExportTls,
 ) -> Result<Exporter, String> {
+    build_exporter_keeping(settings, endpoint, tls, grpc_channel::KEEPALIVE)
+}
+
+/// [`build_exporter`] with the gRPC channel's `keepalive`.
+pub(super) fn build_exporter_keeping(
+    settings: &TraceSettings,
+    endpoint: &str,
+    tls: &ExportTls,
+    keepalive: grpc_channel::Keepalive,
+) -> Result<Exporter, String> {
     use opentelemetry_otlp::WithTonicConfig;
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     let timeout = settings.export_timeout;
@@ -61,19 +72,14 @@ pub(super) fn build_exporter(
                 .build()
         }
         OtelProtocol::Grpc => {
-            let builder = opentelemetry_otlp::SpanExporter::builder()
+            // Our channel: connect timeout and HTTP/2 keepalive, which
+            // the library's own has not (its timeout must match).
+            let channel = grpc_channel::channel(endpoint, timeout, tls, keepalive)?;
+            opentelemetry_otlp::SpanExporter::builder()
                 .with_tonic()
-                .with_endpoint(endpoint)
-                .with_timeout(timeout);
-            if endpoint
-                .trim_start()
-                .to_ascii_lowercase()
-                .starts_with("https://")
-            {
-                builder.with_tls_config(tls.tonic(timeout)).build()
-            } else {
-                builder.build()
-            }
+                .with_channel(channel)
+                .with_timeout(timeout)
+                .build()
         }
     }
     .map_err(|e| e.to_string())?;

@@ -23,6 +23,9 @@
 mod export;
 #[cfg(test)]
 mod export_task_tests;
+mod grpc_channel;
+#[cfg(test)]
+mod grpc_channel_tests;
 #[cfg(test)]
 mod hung_tls_tests;
 #[cfg(test)]
