@@ -4,8 +4,10 @@
 //! A value is identified by `(group, label, key)`; a get or delete without
 //! a group or label reads or deletes the items without one (the default),
 //! not those of every group or label (subscriptions still get every group's
-//! and label's changes of their keys). Every set or delete gives
-//! the value a new version (increasing across the store) and is published to
+//! and label's changes of their keys). A get or delete looks up the keys it
+//! names (with none, walks only its group's and label's items), so its work
+//! under the store's lock does not grow with the store. Every set or delete
+//! gives the value a new version (increasing across the store) and is published to
 //! the subscribers; a deleted key is published with an empty value. The
 //! optional `items` metadata seeds the store; a metadata change is applied in
 //! place: items whose value changed or that are new are set (and published);
@@ -49,6 +51,8 @@ use tracing::info;
 
 use crate::json_text::value_text;
 use crate::live::LiveMetadata;
+
+mod selection;
 
 /// Default most items a memory config store holds (`maxKeys`).
 pub const DEFAULT_MAX_KEYS: u64 = 1_000_000;
@@ -262,16 +266,6 @@ fn to_item((group, label, key): &ItemId, stored: &Stored) -> ConfigItem {
     }
 }
 
-/// Whether `query` covers the item `id` on a get or a delete: its keys
-/// (all when none), and exactly its group and label: none (or empty) is the
-/// store's default group or label, not every one (as Layotto's API has it;
-/// a delete of `timeout` without a label left `prod` and `dev` alone).
-fn covers(query: &ConfigQuery, (group, label, key): &ItemId) -> bool {
-    (query.keys.is_empty() || query.keys.contains(key))
-        && given(query.group.clone()) == *group
-        && given(query.label.clone()) == *label
-}
-
 /// A group or label, empty taken as none.
 fn given(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
@@ -422,9 +416,8 @@ impl ConfigStore for MemoryConfigStore {
         let table = self.table();
         let matching = |table: &ConfigTable| {
             table
-                .items
-                .iter()
-                .filter(|(id, _)| covers(query, id))
+                .covered(query)
+                .into_iter()
                 .map(|(id, stored)| to_item(id, stored))
                 .collect()
         };
@@ -479,9 +472,8 @@ impl ConfigStore for MemoryConfigStore {
         self.seed_if_pending();
         let mut table = self.table();
         let doomed: Vec<ItemId> = table
-            .items
-            .iter()
-            .filter(|(id, _)| covers(query, id))
+            .covered(query)
+            .into_iter()
             .map(|(id, _)| id.clone())
             .collect();
         let removed: Vec<ConfigItem> = doomed.iter().filter_map(|id| table.remove(id)).collect();
