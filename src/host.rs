@@ -56,6 +56,13 @@ pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
 /// current-thread runtime it cannot wait, and the shutdown runs in the
 /// background, to its end only if the runtime keeps running.
 ///
+/// In a `LocalSet`, tokio's refusal is a panic, caught by the drop; the
+/// process's panic hook still runs first, so the default hook prints
+/// "can call blocking only when running on the multi-threaded runtime"
+/// (and a hook that logs panics logs it) at every such drop, though the
+/// drop goes on and closes the components. Call `shutdown().await` before
+/// dropping a host inside a `LocalSet` to avoid it.
+///
 /// ```no_run
 /// use rewire::{ComponentKey, Host};
 /// # #[derive(rewire::Component)]
@@ -189,8 +196,12 @@ impl Drop for Host {
     /// multi-thread runtime (on a helper thread in a `LocalSet` driven by
     /// `block_on`, where blocking in place panics), in the background on a
     /// current-thread one (where blocking would stop the very tasks it
-    /// waits for). It never panics (a panic in a drop while another
-    /// unwinds aborts the process). Outside of
+    /// waits for). No panic leaves it (a panic in a drop while another
+    /// unwinds aborts the process). In a `LocalSet`, tokio's refusal to
+    /// block in place is a panic it catches, but the panic hook runs
+    /// before that: the process's hook reports "can call blocking only
+    /// when running on the multi-threaded runtime" at every such drop
+    /// (call [`Host::shutdown`] and await it first to avoid it). Outside of
     /// a runtime, or while it shuts down, it can only stop the reloads and
     /// say so.
     fn drop(&mut self) {
