@@ -1,6 +1,7 @@
 //! The export TLS files on a hung mount: a read is given up at its
 //! deadline, start-up and the follower go on, and new settings are applied
-//! with the last good files meanwhile.
+//! with the last good files meanwhile; a read stuck for good is tried
+//! again on a new thread, up to a ceiling of threads stuck.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -11,7 +12,7 @@ use tokio::sync::broadcast;
 
 use super::live_tls_tests::{calls_traced, exporter_in_force, logs_of, on, settings, ENDPOINT};
 use super::tls::ExportTlsFiles;
-use super::tls_reads::{ReadTls, TlsReads};
+use super::tls_reads::{ReadTls, TlsReads, MAX_STUCK_READS, TRY_AGAIN_AFTER};
 use super::{follow_with, SamplerChoice, Telemetry, TraceSettings};
 
 /// How long a read may take in these tests.
@@ -151,4 +152,74 @@ async fn a_hung_read_is_logged_once_and_new_settings_use_the_last_good_files() {
     assert!(logs.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{logs}");
     assert!(logs.contains(&*ca.ca_path.to_string_lossy()), "{logs}");
     drop(release);
+}
+
+/// Moves the clock `by` (paused meanwhile, so reads run on real time).
+async fn advance(by: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}
+
+/// Reads of the real files, the first `hung` of them hanging for good
+/// (until the test ends, 30 s at most); and the count of reads started.
+fn reads_stuck_first(hung: usize) -> (ReadTls, Arc<AtomicUsize>, mpsc::Sender<()>) {
+    let started = Arc::new(AtomicUsize::new(0));
+    let (keep, stuck) = mpsc::channel::<()>();
+    let stuck = Mutex::new(stuck);
+    let counted = Arc::clone(&started);
+    let read: ReadTls = Arc::new(move |files: &ExportTlsFiles| {
+        if counted.fetch_add(1, Ordering::SeqCst) < hung {
+            let stuck = stuck.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = stuck.recv_timeout(Duration::from_secs(30));
+        }
+        files.read()
+    });
+    (read, started, keep)
+}
+
+/// A read stuck for good (a mount lazily unmounted, then mounted again):
+/// the files are read again on a new thread 5 min later, then 10 min
+/// after that, and the remounted files are read; later reads run at once
+/// though two threads stay stuck. Before: refused until the stuck read
+/// returned, i.e. for good.
+#[tokio::test]
+async fn a_read_stuck_for_good_is_tried_again_on_a_new_thread() {
+    let (read, started, keep) = reads_stuck_first(2);
+    let reads = TlsReads::new(read, DEADLINE);
+    let ca = TestCa::new("stuck-for-good");
+    let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
+    let error = reads.read(&files).await.err().expect("hung");
+    assert!(error.contains("did not finish within"), "{error}");
+    advance(TRY_AGAIN_AFTER - Duration::from_secs(1)).await;
+    let again = reads.read(&files).await.err().expect("refused");
+    assert_eq!(again, error, "the same words while stuck (logged once)");
+    assert_eq!(started.load(Ordering::SeqCst), 1, "no thread before due");
+    advance(Duration::from_secs(1)).await;
+    assert!(reads.read(&files).await.is_err(), "tried again, hung");
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    advance(TRY_AGAIN_AFTER).await;
+    assert!(reads.read(&files).await.is_err(), "the wait doubled");
+    assert_eq!(started.load(Ordering::SeqCst), 2);
+    advance(TRY_AGAIN_AFTER).await;
+    assert!(reads.read(&files).await.is_ok(), "the remounted files");
+    assert!(reads.read(&files).await.is_ok(), "read at once from now on");
+    assert_eq!(started.load(Ordering::SeqCst), 4);
+    drop(keep);
+}
+
+/// Reads hung for good pin at most 8 threads: past them no read starts,
+/// however long the hang lasts.
+#[tokio::test]
+async fn at_most_eight_reads_stay_stuck() {
+    let (read, started, keep) = reads_stuck_first(usize::MAX);
+    let reads = TlsReads::new(read, DEADLINE);
+    let ca = TestCa::new("stuck-ceiling");
+    let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
+    for _ in 0..(3 * MAX_STUCK_READS) {
+        assert!(reads.read(&files).await.is_err());
+        advance(Duration::from_secs(3600)).await;
+    }
+    assert_eq!(started.load(Ordering::SeqCst), MAX_STUCK_READS);
+    drop(keep);
 }

@@ -7,18 +7,37 @@
 //! While a read given up has not returned, the next ones are refused at
 //! once with the same words (so a refusal is logged once, not every
 //! turn): one thread stuck per pipeline, not one per turn. Once it
-//! returns, the files are read again. Reads that were not given up may run
-//! side by side (two applies at once).
+//! returns, the files are read again. A read stuck for good (a mount
+//! lazily unmounted and mounted again, where a fresh read would answer)
+//! must not freeze the files for good: after [`TRY_AGAIN_AFTER`] they are
+//! read again on a new thread, then after twice as long each time up to
+//! [`LONGEST_WAIT`], while fewer than [`MAX_STUCK_READS`] reads are stuck
+//! (the listeners' schedule). Reads that were not given up may run side
+//! by side (two applies at once).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::tls::{ExportTlsFiles, TlsContents};
 
 /// How long one read of the export TLS files may take: 5 s (as the
 /// listeners' TLS files).
 pub(super) const READ_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How long a read given up stays the only one before the files are read
+/// again on a new thread beside it, the first time: 5 min.
+pub(super) const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
+
+/// The longest wait between two tries while reads stay stuck: the wait
+/// doubles from [`TRY_AGAIN_AFTER`] up to this.
+const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
+/// How many reads given up may be stuck at once: no other is started
+/// until one returns (a mount hung for good pins at most these threads).
+pub(super) const MAX_STUCK_READS: usize = 8;
 
 /// What reads the files: [`ExportTlsFiles::read`] but in tests.
 pub(super) type ReadTls = Arc<dyn Fn(&ExportTlsFiles) -> Result<TlsContents, String> + Send + Sync>;
@@ -27,9 +46,23 @@ pub(super) type ReadTls = Arc<dyn Fn(&ExportTlsFiles) -> Result<TlsContents, Str
 pub(super) struct TlsReads {
     read: ReadTls,
     deadline: Duration,
-    /// Set while the last read given up has not returned (it is `true`
-    /// once returned).
-    given_up: Mutex<Option<Arc<AtomicBool>>>,
+    /// The first wait before a stuck read is tried again on a new thread.
+    try_again_after: Duration,
+    given_up: Mutex<GivenUp>,
+}
+
+/// The reads given up.
+#[derive(Default)]
+struct GivenUp {
+    /// The flag of the last read, if it was given up (`true` once it has
+    /// returned): while it has not, no other read starts unless due.
+    last: Option<Arc<AtomicBool>>,
+    /// The flags of every read given up that had not returned when last
+    /// looked at (for [`MAX_STUCK_READS`]).
+    stuck: Vec<Arc<AtomicBool>>,
+    /// When the files may be read again on a new thread, and the wait
+    /// that led there.
+    try_again: Option<(Instant, Duration)>,
 }
 
 /// Sets its flag when dropped: the read returned (or panicked).
@@ -53,7 +86,8 @@ impl TlsReads {
         Self {
             read,
             deadline,
-            given_up: Mutex::new(None),
+            try_again_after: TRY_AGAIN_AFTER,
+            given_up: Mutex::default(),
         }
     }
 
@@ -93,8 +127,9 @@ impl TlsReads {
     }
 
     /// Starts a read of `files` on a thread of its own, handing its outcome
-    /// to `answer`; its flag is set once it returns. Refused while a read
-    /// given up has not returned.
+    /// to `answer`; its flag is set once it returns. Refused while the
+    /// last read given up has not returned, unless a try on a new thread
+    /// is due and fewer than [`MAX_STUCK_READS`] are stuck.
     fn start(
         &self,
         files: &ExportTlsFiles,
@@ -102,13 +137,21 @@ impl TlsReads {
     ) -> Result<Arc<AtomicBool>, String> {
         {
             let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
-            if given_up
-                .as_ref()
-                .is_some_and(|returned| !returned.load(Ordering::Acquire))
-            {
-                return Err(self.stuck(files));
+            let returned = |flag: &Arc<AtomicBool>| flag.load(Ordering::Acquire);
+            given_up.stuck.retain(|flag| !returned(flag));
+            if given_up.last.as_ref().is_some_and(|flag| !returned(flag)) {
+                let now = Instant::now();
+                let due = given_up.try_again.filter(|(at, _)| now >= *at);
+                let Some((_, wait)) = due.filter(|_| given_up.stuck.len() < MAX_STUCK_READS) else {
+                    return Err(self.stuck(files));
+                };
+                let wait = (wait * 2).min(LONGEST_WAIT);
+                given_up.try_again = Some((now + wait, wait));
+                tracing::info!(files = %shown(files), "Tracing: the TLS files are read again on a new thread; an earlier read is still stuck.");
+            } else {
+                given_up.try_again = None;
             }
-            *given_up = None;
+            given_up.last = None;
         }
         let returned = Arc::new(AtomicBool::new(false));
         let guard = Returned(Arc::clone(&returned));
@@ -131,7 +174,12 @@ impl TlsReads {
     fn give_up(&self, files: &ExportTlsFiles, returned: Arc<AtomicBool>) -> String {
         let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
         if !returned.load(Ordering::Acquire) {
-            *given_up = Some(returned);
+            given_up.stuck.push(Arc::clone(&returned));
+            given_up.last = Some(returned);
+            if given_up.try_again.is_none() {
+                let wait = self.try_again_after;
+                given_up.try_again = Some((Instant::now() + wait, wait));
+            }
         }
         self.stuck(files)
     }
@@ -140,9 +188,9 @@ impl TlsReads {
     /// The same words while it stays stuck (a refusal is logged once).
     fn stuck(&self, files: &ExportTlsFiles) -> String {
         format!(
-            "{}: a read did not finish within {:?} (a hung mount?); the files are read again once it returns",
+            "{}: a read did not finish within {:?} (a hung mount?); the files are read again once it returns, or on a new thread after {:?}, then at doubling intervals",
             shown(files),
-            self.deadline
+            self.deadline, self.try_again_after
         )
     }
 }
