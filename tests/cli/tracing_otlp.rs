@@ -808,3 +808,83 @@ async fn a_host_exports_its_reloads_as_its_file_says_and_flushes_at_shutdown() {
         Some("2")
     );
 }
+
+/// A push carrying a `traceparent` is a span of the caller's trace; the
+/// reload it caused is a trace of its own, linked to the push's span,
+/// which names the generation the push produced: with several pushes at
+/// once, each reload is found from its push, not by its timestamps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushed_reloads_trace_links_to_the_push_that_caused_it() {
+    use rewire::sidecar::grpc::proto::rewire::lifecycle::v1 as lifecycle;
+    const PUSH_TRACE: &str = "6bf92f3577b34da6a3ce929d0e0e4738";
+    const PUSH_CALLER: &str = "d7ad6b7169203334";
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let json = serde_json::json!({
+        "appId": "pushed",
+        "components": {"state": {"cache": {"type": "memory"}}}
+    });
+    std::fs::write(&config, json.to_string()).unwrap();
+    let http = format!("127.0.0.1:{}", free_port());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let _sidecar = start_batching(&config, &http, &grpc, Some(receiver.addr), "100");
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = lifecycle::lifecycle_client::LifecycleClient::new(channel);
+    let mut request = tonic::Request::new(lifecycle::DynamicConfiguration {
+        component_config: Some(lifecycle::ComponentConfig {
+            kind: "state".into(),
+            name: "pushed".into(),
+            r#type: "memory".into(),
+            ..lifecycle::ComponentConfig::default()
+        }),
+        based_on_generation: None,
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{PUSH_TRACE}-{PUSH_CALLER}-01").parse().unwrap(),
+    );
+    let answer = client
+        .apply_configuration(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.accepted, "{answer:?}");
+
+    let (push, reload) = receiver
+        .wait_for("the push's span and the reload linked to it", |spans| {
+            let push = spans
+                .iter()
+                .find(|s| hex(&s.trace_id) == PUSH_TRACE && s.name == "ApplyConfiguration")?;
+            let reload = spans.iter().find(|s| {
+                s.name == "rewire.reload" && s.links.iter().any(|l| hex(&l.trace_id) == PUSH_TRACE)
+            })?;
+            Some((push.clone(), reload.clone()))
+        })
+        .await;
+    assert_eq!(hex(&push.parent_span_id), PUSH_CALLER);
+    assert!(
+        reload.parent_span_id.is_empty() && reload.trace_id != push.trace_id,
+        "a reload starts its own trace"
+    );
+    assert_eq!(reload.links.len(), 1, "{:?}", reload.links);
+    assert_eq!(
+        reload.links[0].span_id, push.span_id,
+        "linked to the push's span"
+    );
+    assert_eq!(attribute(&reload, "rewire.trigger").as_deref(), Some("api"));
+    assert_eq!(
+        attribute(&reload, "rewire.outcome").as_deref(),
+        Some("applied")
+    );
+    assert_eq!(
+        attribute(&push, "rewire.generation"),
+        Some(answer.generation.to_string()),
+        "the push's span names the generation it produced"
+    );
+}

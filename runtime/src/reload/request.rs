@@ -1,6 +1,9 @@
 //! What a reload is asked to do, and why one may not apply.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tracing::Span;
 
 use super::history::Trigger;
 use crate::assemble::{failure_lines, ComponentFailure};
@@ -23,6 +26,36 @@ pub struct ReloadRequest {
     /// 0 for fresh input; `n` for the `n`-th retry of a triggered reload
     /// that rolled back (the runtime's worker sets it).
     pub attempt: u32,
+    /// The span that asked for the reload: the reload's own trace (its
+    /// root span `rewire.reload`) links to it, as OpenTelemetry's span
+    /// link. By default the span current where the request is made (a
+    /// control-plane push's `rewire.api` span); for a retry, the root span
+    /// of the attempt that rolled back before it. Held until the reload
+    /// starts, so the span is still open to be linked (its duration is
+    /// that of its own work: it ends when last exited).
+    pub cause: Option<Span>,
+    /// The root span of this request's last run, left there by the run:
+    /// the runtime's worker, holding a clone of the request, makes it the
+    /// cause of the retry.
+    pub ran_as: RanAs,
+}
+
+/// Where a run of a [`ReloadRequest`] leaves its root span, shared by the
+/// request's clones (see [`ReloadRequest::ran_as`]).
+#[derive(Debug, Clone, Default)]
+pub struct RanAs(Arc<Mutex<Option<Span>>>);
+
+impl RanAs {
+    /// Leaves `span`, the root span of a run, in place of any before it.
+    pub(crate) fn put(&self, span: Span) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(span);
+    }
+
+    /// The root span of the last run, taken out (`None`: not run since,
+    /// or not traced).
+    pub(crate) fn take(&self) -> Option<Span> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
 }
 
 impl ReloadRequest {
@@ -32,15 +65,27 @@ impl ReloadRequest {
         Self::of_changes(trigger, vec![LayerChange::File(candidate)])
     }
 
-    /// A reload applying `changes`, started by `trigger`.
+    /// A reload applying `changes`, started by `trigger`, caused by the
+    /// span current here (none when that span is not recorded).
     pub fn of_changes(trigger: Trigger, changes: Vec<LayerChange>) -> Self {
+        let current = Span::current();
         Self {
             trigger,
             changes,
             forced: BTreeSet::new(),
             based_on_generation: None,
             attempt: 0,
+            cause: (!current.is_disabled()).then_some(current),
+            ran_as: RanAs::default(),
         }
+    }
+
+    /// This request, caused by `span` (see [`cause`](Self::cause)) rather
+    /// than by the span current where it was made.
+    #[must_use]
+    pub fn caused_by(mut self, span: Span) -> Self {
+        self.cause = (!span.is_disabled()).then_some(span);
+        self
     }
 }
 

@@ -29,16 +29,24 @@ impl Reloader {
     /// turn (its root span's duration is the reload's own work), the time
     /// it waited recorded on it as `rewire.queued_ms`; the root span is
     /// also left in `traced`, for the caller to record on should the
-    /// reload panic.
+    /// reload panic. The root span links to the request's cause (let go
+    /// of then: the cause's span is not held for the whole reload), names
+    /// the components it forces, and is left in the request's `ran_as`
+    /// (for a retry to link to).
     pub(super) async fn run(
         &self,
-        request: ReloadRequest,
+        mut request: ReloadRequest,
         traced: &OnceLock<Span>,
     ) -> Result<ReloadRecord, ReloadError> {
         let asked = Instant::now();
         let serial = self.serial.lock().await;
         let span = super::trace::reload_span(&request.trigger, request.attempt);
         super::trace::record_queued(&span, asked.elapsed());
+        super::trace::link_cause(&span, request.cause.take().as_ref());
+        super::trace::record_forced(&span, &request.forced);
+        if !span.is_disabled() {
+            request.ran_as.put(span.clone());
+        }
         let _ = traced.set(span.clone());
         self.run_steps(request, serial).instrument(span).await
     }

@@ -141,7 +141,9 @@ where
         let (ran, outcome) = reload_narrowing(new, &mut reload).await;
         return rolled_back(&outcome).then(|| next_retry(ran, attempts));
     };
-    let together = coalesce(vec![kept.clone(), new.clone()]);
+    // The retried part runs again: linked to its attempt before.
+    let mut together = coalesce(vec![kept.clone(), new.clone()]);
+    together.cause.clone_from(&kept.cause);
     let whole = together.changes.len();
     let (ran, outcome) = reload_narrowing(together, &mut reload).await;
     if !rolled_back(&outcome) {
@@ -151,13 +153,20 @@ where
         // Narrowed (a document was rejected) and still rolled back.
         return Some(next_retry(ran, retry.attempts + 1));
     }
+    // The attempt the retried part just rolled back in.
+    let retried_in = ran.ran_as.take();
     tracing::info!(trigger = %new.trigger, "Reload rolled back with a retried part; trying the new input alone.");
     let (ran, outcome) = reload_narrowing(new, &mut reload).await;
-    let request = if rolled_back(&outcome) {
+    let mut request = if rolled_back(&outcome) {
         coalesce(vec![kept, ran])
     } else {
         kept
     };
+    // Linked to that attempt, not to a run whose `ran_as` it shares.
+    request.ran_as = Default::default();
+    if retried_in.is_some() {
+        request.cause = retried_in;
+    }
     Some(next_retry(request, retry.attempts + 1))
 }
 
@@ -226,9 +235,17 @@ where
 }
 
 /// The retry of `request`, which rolled back `attempts` times: run next as
-/// attempt number `attempts` (what its record and span show).
+/// attempt number `attempts` (what its record and span show), its trace
+/// linked to the attempt that just rolled back (the root span its run left
+/// in `ran_as`), which links to the one before it, back to the first
+/// attempt and what caused it. Only the last attempt's span is held (open,
+/// not yet exported) while the retry waits: a retry that goes on for
+/// hours does not hold back the export of every attempt.
 fn next_retry(mut request: ReloadRequest, attempts: u32) -> Retry {
     request.attempt = attempts;
+    if let Some(rolled_back) = request.ran_as.take() {
+        request.cause = Some(rolled_back);
+    }
     let wait = FIRST_RETRY
         .saturating_mul(2u32.saturating_pow(attempts.saturating_sub(1)))
         .min(MAX_RETRY);
@@ -471,6 +488,71 @@ mod tests {
         let after = run_round(retry, vec![overlay(1)], rolling_back_on("never", &ran)).await;
         assert!(after.is_none(), "the retry of D2 is cleared");
         assert_eq!(*ran.lock().unwrap(), [vec!["overlay"]], "D1 alone");
+    }
+
+    /// Gives every span an id (1, 2, …), wanting every span; records
+    /// nothing.
+    #[derive(Default)]
+    struct Ids(std::sync::atomic::AtomicU64);
+
+    impl tracing::Subscriber for Ids {
+        // Asked on every span: other tests running at once have their own
+        // subscriber.
+        fn register_callsite(
+            &self,
+            _: &'static tracing::Metadata<'static>,
+        ) -> tracing::subscriber::Interest {
+            tracing::subscriber::Interest::sometimes()
+        }
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            let id = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::span::Id::from_u64(id + 1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, _: &tracing::Event<'_>) {}
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[tokio::test]
+    async fn a_retry_is_caused_by_the_attempt_that_rolled_back_before_it() {
+        let _default = tracing::subscriber::set_default(Ids::default());
+        let id = |span: &tracing::Span| span.id().map(|id| id.into_u64());
+        // Each run: what it carried, its root span's id and its cause's;
+        // it leaves its root span as a reload's run does, and rolls back
+        // while it carries F1.
+        let ran = Mutex::new(Vec::new());
+        let mut reload = |request: ReloadRequest| {
+            let root = tracing::info_span!("rewire.reload");
+            request.ran_as.put(root.clone());
+            let cause = request.cause.as_ref().and_then(id);
+            ran.lock()
+                .unwrap()
+                .push((shown(&request), id(&root), cause));
+            std::future::ready(if shown(&request).contains(&"f1".to_string()) {
+                Err(ReloadError::RolledBack(Vec::new()))
+            } else {
+                Err(ReloadError::Stopped)
+            })
+        };
+        let retry = run_round(None, vec![file("f1")], &mut reload).await;
+        let retry = run_round(retry, Vec::new(), &mut reload).await;
+        // New input beside the retry: together, then alone.
+        let retry = run_round(retry, vec![forced("y")], &mut reload).await;
+        let retry = run_round(retry, Vec::new(), &mut reload).await;
+        assert!(retry.is_some(), "F1 still to retry");
+        let ran = ran.into_inner().unwrap();
+        let ids: Vec<Option<u64>> = ran.iter().map(|(_, root, _)| *root).collect();
+        let causes: Vec<Option<u64>> = ran.iter().map(|(_, _, cause)| *cause).collect();
+        assert_eq!(
+            causes,
+            [None, ids[0], ids[1], None, ids[2]],
+            "each attempt of F1 linked to the one before it: {ran:?}"
+        );
     }
 
     #[test]

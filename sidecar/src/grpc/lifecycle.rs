@@ -20,11 +20,13 @@
 //! make its answer larger than itself.
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use prost::Message;
 use tonic::{Request, Response, Status};
+use tracing::{Instrument, Span};
 
-use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord};
+use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord, Runtime};
 
 use super::lifecycle_patch::{held_bytes, malformed, patch_of, too_many_refs, Declares};
 use super::lifecycle_wait::{cut_short, queued_reason, CallerClock, PushQueue, Waited};
@@ -197,6 +199,7 @@ async fn apply(
             }
         }
     };
+    let reload = caused_by_this_call(call.runtime().clone(), reload);
     let waited = wait.0.run(wait.1, admitted, reload).await?;
     // A component the push added is running now.
     label_if_running(&call, &key);
@@ -214,6 +217,7 @@ async fn remove(
     let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
     let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
+    let reload = caused_by_this_call(call.runtime().clone(), reload);
     answer(&call, wait.0.run(wait.1, admitted, reload).await?)
 }
 
@@ -232,7 +236,36 @@ async fn release(
             .release_component(key, req.based_on_generation)
             .await
     };
+    let reload = caused_by_this_call(call.runtime().clone(), reload);
     answer(&call, wait.0.run(wait.1, admitted, reload).await?)
+}
+
+/// The push's `reload`, run inside the call's own span (its `rewire.api`
+/// span, current here): the reload's request, made in it, links the
+/// reload's trace to the push, and the generation the reload produced
+/// (or, when it did not apply, the one still running) is recorded on the
+/// call's span as `rewire.generation` once the reload ends. A push
+/// answered `queued` keeps its span until then: it ends with its reload.
+fn caused_by_this_call<F>(
+    runtime: Runtime,
+    reload: F,
+) -> impl Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static
+where
+    F: Future<Output = Result<ReloadRecord, ReloadError>> + Send + 'static,
+{
+    async move {
+        let result = reload.await;
+        let generation = match &result {
+            Ok(record) => record.generation,
+            Err(_) => runtime.generation().number,
+        };
+        let call = Span::current();
+        if !call.is_disabled() {
+            call.record("rewire.generation", generation);
+        }
+        result
+    }
+    .instrument(Span::current())
 }
 
 /// The push's own `problems`, each after `key` scrubbed, made one line and
