@@ -201,7 +201,8 @@ impl ApiOptions {
     /// variables count as unset. A token variable set to something that
     /// is not valid UTF-8 is an error naming it: taken for unset, it would
     /// leave the API it guards open (or, for `APP_API_TOKEN`, the app
-    /// unable to tell the sidecar's calls apart).
+    /// unable to tell the sidecar's calls apart). So is an `APP_API_TOKEN`
+    /// that cannot be sent as a header (a control character, a line feed).
     pub fn from_env() -> Result<Self, String> {
         Self::from_vars(|name| std::env::var_os(name))
     }
@@ -223,6 +224,9 @@ impl ApiOptions {
         let rewire = var("REWIRE_API_TOKEN")?;
         let admin = var("REWIRE_ADMIN_TOKEN")?;
         let to_app = var("APP_API_TOKEN")?;
+        if let Some(token) = &to_app {
+            check_app_token(token)?;
+        }
         Ok(Self {
             app_token: dapr.or(rewire).map(ApiToken::new),
             admin_token: admin.map(ApiToken::new),
@@ -230,6 +234,26 @@ impl ApiOptions {
             ..Self::default()
         })
     }
+}
+
+/// Refuses an `APP_API_TOKEN` that cannot be sent to the app as the
+/// `dapr-api-token` header or gRPC metadata (a control character, such as
+/// a line feed kept from the file it was read from): taken, the sidecar
+/// started healthy but never called the app (no subscription delivered,
+/// no configuration update). The error names the variable, never the
+/// value. Bytes past ASCII are sent as they are, as Dapr does.
+fn check_app_token(token: &str) -> Result<(), String> {
+    let header = reqwest::header::HeaderValue::from_str(token).is_ok();
+    let metadata = tonic::metadata::AsciiMetadataValue::try_from(token.as_bytes()).is_ok();
+    if header && metadata {
+        return Ok(());
+    }
+    Err(
+        "the environment variable APP_API_TOKEN is not a valid header value: it must not \
+         hold control characters such as a line feed (it is sent to the app as \
+         dapr-api-token)"
+            .to_string(),
+    )
 }
 
 #[cfg(test)]
@@ -269,6 +293,35 @@ mod tests {
         assert!(taken.app_token.is_some() && taken.admin_token.is_none());
         let to_app = taken.app_api_token.as_ref().map(|t| t.expose());
         assert_eq!(to_app, Some("to-app"));
+    }
+
+    /// An `APP_API_TOKEN` that cannot be a header value is refused at
+    /// start, naming it and not saying it. Before: rewire started healthy
+    /// and never called the app (no subscription delivered, configuration
+    /// subscriptions answered `ERR_APP_CHANNEL_NIL`). Bytes past ASCII
+    /// are taken, sent as they are (as Dapr).
+    #[test]
+    fn an_app_token_that_cannot_be_a_header_value_is_refused_without_its_value() {
+        for bad in ["a\nb", "s3cret\n", "a\rb", "a\0b", "a\u{7f}b"] {
+            let refused = ApiOptions::from_vars(|name| {
+                (name == "APP_API_TOKEN").then(|| OsString::from(bad))
+            })
+            .expect_err("refused");
+            assert!(
+                refused.contains("APP_API_TOKEN") && refused.contains("not a valid header value"),
+                "{refused}"
+            );
+            let value = bad.trim_end_matches('\n');
+            assert!(!refused.contains(value), "the value was said: {refused}");
+        }
+        for good in ["tökén", "a\tb", "a b"] {
+            let taken = ApiOptions::from_vars(|name| {
+                (name == "APP_API_TOKEN").then(|| OsString::from(good))
+            })
+            .unwrap_or_else(|e| panic!("{good:?} refused: {e}"));
+            let to_app = taken.app_api_token.as_ref().map(|t| t.expose());
+            assert_eq!(to_app, Some(good));
+        }
     }
 
     /// Zero and overflowing timings are refused naming the field; before,

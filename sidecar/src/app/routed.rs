@@ -121,10 +121,13 @@ impl AppTarget {
 
 /// The header every call to the app carries: `dapr-api-token: TOKEN`
 /// when `channel` has an app token (Dapr's `APP_API_TOKEN`), marked
-/// sensitive. A token that cannot be a header value (a control character,
-/// non-ASCII text) is said in the log, without its value, and the app is
-/// not called at all (`None`): calls without it would be refused, or
-/// reach an app that expects none.
+/// sensitive. Its bytes are sent as they are, past ASCII too (as Dapr's
+/// Go client sends them). A token that cannot be a header value (a
+/// control character other than a tab, such as a line feed, or `DEL`) is
+/// said in the log, without its value, and the app is not called at all
+/// (`None`): calls without it would be refused, or reach an app that
+/// expects none. `ApiOptions::from_env` refuses such an `APP_API_TOKEN`
+/// at start; this is the backstop for a channel given one in code.
 fn app_token_header(channel: &AppChannel) -> Option<Option<HeaderValue>> {
     let Some(token) = channel.app_token() else {
         return Some(None);
@@ -135,7 +138,7 @@ fn app_token_header(channel: &AppChannel) -> Option<Option<HeaderValue>> {
             Some(Some(value))
         }
         Err(_) => {
-            tracing::error!(app = %channel.address, "APP_API_TOKEN cannot be sent as a header (it must be visible ASCII text); the app is not called.");
+            tracing::error!(app = %channel.address, "APP_API_TOKEN cannot be sent as a header (it holds a control character, such as a line feed); the app is not called.");
             None
         }
     }
@@ -377,6 +380,18 @@ mod tests {
         crate::tls::install_ring_provider();
         let channel = AppChannel::local(1).with_app_token(Some(SecretString::new("a\nb")));
         assert!(AppTarget::connect(&channel).is_none());
+    }
+
+    /// A token with bytes past ASCII is a header value and gRPC metadata
+    /// (sent as it is, as Dapr): the app is called, over either protocol.
+    #[tokio::test]
+    async fn an_app_token_past_ascii_is_sent_as_it_is() {
+        crate::tls::install_ring_provider();
+        let channel = AppChannel::local(1).with_app_token(Some(SecretString::new("tökén")));
+        let http = AppTarget::connect(&channel);
+        assert!(matches!(http, Some(AppTarget::Http { .. })));
+        let grpc = AppTarget::connect(&channel.with_protocol(AppProtocol::Grpc));
+        assert!(matches!(grpc, Some(AppTarget::Grpc(_))));
     }
 
     /// Set in the child process the test below runs itself in.
