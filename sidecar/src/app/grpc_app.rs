@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rewire_runtime::DeliveryOutcome;
+use rewire_runtime::{DeliveryOutcome, SecretString};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::AsciiMetadataValue;
@@ -57,12 +57,39 @@ pub struct GrpcRoute {
 }
 
 impl GrpcRoute {
-    /// Delivers over `channel`, naming `path` (the subscription's route).
+    /// Delivers over `channel`, naming `path` (the subscription's route),
+    /// with no app token: an app that requires one (Dapr's
+    /// `APP_API_TOKEN`) refuses every event `UNAUTHENTICATED`, so they are
+    /// retried for ever; build it [`with_token`](Self::with_token) then.
     pub fn new(channel: Channel, path: String) -> Self {
         Self {
             app: GrpcApp::new(channel),
             path,
         }
+    }
+
+    /// [`new`](Self::new), `token` (when set) sent on every call to the
+    /// app as its `dapr-api-token` metadata, marked sensitive, as the
+    /// sidecar's own deliveries send `APP_API_TOKEN`. A token that cannot
+    /// be metadata (a control character, such as a line feed) is an
+    /// error, which does not say it.
+    pub fn with_token(
+        channel: Channel,
+        path: String,
+        token: Option<SecretString>,
+    ) -> Result<Self, String> {
+        let token = token
+            .map(|token| AsciiMetadataValue::try_from(token.expose().as_bytes()))
+            .transpose()
+            .map_err(|_| {
+                "GrpcRoute: the app token cannot be sent as gRPC metadata: it must not hold \
+                 control characters such as a line feed"
+                    .to_string()
+            })?;
+        Ok(Self {
+            app: GrpcApp::with_token(channel, token),
+            path,
+        })
     }
 }
 

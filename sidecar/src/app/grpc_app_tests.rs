@@ -437,3 +437,42 @@ async fn the_app_token_is_sent_on_every_grpc_call_to_the_app() {
     let outcome = bounded(app.deliver("/orders", &event, Duration::from_secs(10))).await;
     assert_eq!(outcome, DeliveryOutcome::Success);
 }
+
+/// An embedder's [`GrpcRoute`] built [`with_token`](GrpcRoute::with_token)
+/// delivers to an app that requires the token; one built with
+/// [`new`](GrpcRoute::new) sends none and is refused. A token that cannot
+/// be metadata is an error that does not say it.
+#[tokio::test]
+async fn a_grpc_route_built_with_a_token_delivers_to_an_app_requiring_it() {
+    let (port, incoming) = free_port().await;
+    let app = RequiringToken { token: "s3cret" };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::app_callback_server::AppCallbackServer::new(app))
+            .serve_with_incoming(incoming),
+    );
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("endpoint")
+        .connect_lazy();
+    let message = rewire_runtime::Message {
+        topic: "orders".into(),
+        data: b"x".to_vec(),
+        ..Default::default()
+    };
+    let event = TopicEvent::of(&message, "bus", "orders");
+    let token = Some(rewire_runtime::SecretString::new("s3cret"));
+    let route = GrpcRoute::with_token(channel.clone(), "/orders".into(), token).expect("a token");
+    let outcome = bounded(route.send(&event, Duration::from_secs(10))).await;
+    assert_eq!(outcome, DeliveryOutcome::Success);
+    let untokened = GrpcRoute::new(channel.clone(), "/orders".into());
+    let outcome = bounded(untokened.send(&event, Duration::from_secs(10))).await;
+    assert_ne!(outcome, DeliveryOutcome::Success);
+    let bad = Some(rewire_runtime::SecretString::new("s3cret\n"));
+    let Err(refused) = GrpcRoute::with_token(channel, "/orders".into(), bad) else {
+        panic!("a token with a line feed was taken");
+    };
+    assert!(
+        refused.contains("app token") && !refused.contains("s3cret"),
+        "{refused}"
+    );
+}

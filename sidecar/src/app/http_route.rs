@@ -147,7 +147,10 @@ pub struct HttpRoute {
 }
 
 impl HttpRoute {
-    /// Delivers to `url` with `client`.
+    /// Delivers to `url` with `client`. No app token is added: for an app
+    /// that requires one (Dapr's `APP_API_TOKEN`), `client` must carry the
+    /// `dapr-api-token` header itself (a default header, marked
+    /// sensitive), else the app refuses every event and each is retried.
     pub fn new(client: reqwest::Client, url: String) -> Self {
         Self { client, url }
     }
