@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::http_route::BodyNotRead;
 use super::AppChannel;
+use crate::dapr::logged;
 
 /// Subscriptions taken from one app, at most.
 pub const MAX_SUBSCRIPTIONS: usize = 1024;
@@ -131,14 +132,15 @@ fn bulk_enabled(bulk_subscribe: Option<&Value>) -> bool {
 /// as if handled, and lost); it is refused with a warning naming it.
 pub(super) fn refuses_bulk(pubsub: &str, topic: &str, bulk: bool) -> bool {
     if bulk {
-        tracing::warn!(pubsub = %pubsub, topic = %topic, "The app's subscription asks for bulk delivery (bulkSubscribe), which rewire does not support; it is refused and none of its events are delivered.");
+        tracing::warn!(pubsub = %logged(pubsub), topic = %logged(topic), "The app's subscription asks for bulk delivery (bulkSubscribe), which rewire does not support; it is refused and none of its events are delivered.");
     }
     bulk
 }
 
 /// The subscriptions of a Dapr `/dapr/subscribe` answer. An entry that
 /// cannot be taken is left out with a warning naming it (its index,
-/// pub/sub and topic), and the others taken, as the gRPC listing does:
+/// pub/sub and topic, control characters escaped: the app's text cannot
+/// split the log line), and the others taken, as the gRPC listing does:
 /// one that is malformed or has a rule rewire cannot read, one with no
 /// route at all (as Dapr's `filterSubscriptions`: "has an empty routes"),
 /// and one with `bulkSubscribe` enabled (events are delivered one at a
@@ -147,7 +149,7 @@ pub(super) fn refuses_bulk(pubsub: &str, topic: &str, bulk: bool) -> bool {
 pub fn parse_subscriptions(value: &Value) -> Result<Vec<AppSubscription>, String> {
     let (taken, left_out) = parse_listing(value)?;
     for entry in left_out {
-        tracing::warn!(index = entry.index, pubsub = %entry.pubsub, topic = %entry.topic, reason = %entry.reason, "An entry of the app's subscriptions cannot be taken; it is left out, the others are taken.");
+        tracing::warn!(index = entry.index, pubsub = %logged(&entry.pubsub), topic = %logged(&entry.topic), reason = %logged(&entry.reason), "An entry of the app's subscriptions cannot be taken; it is left out, the others are taken.");
     }
     Ok(taken)
 }
@@ -264,9 +266,17 @@ pub(super) async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
         return Listing::Unanswered(format!("status {}", answer.status()));
     }
     let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
-        Ok(body) => serde_json::from_slice::<Value>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|v| parse_subscriptions(&v)),
+        Ok(body) => match serde_json::from_slice::<Value>(&body) {
+            // A body that ends midway through its JSON (one delimited by
+            // the connection's close, which the app closed early): no
+            // answer to go by, asked again. An empty one is malformed.
+            Err(err) if err.is_eof() && !body.trim_ascii().is_empty() => {
+                return Listing::Unanswered("the answer's body ended early".to_string())
+            }
+            parsed => parsed
+                .map_err(|e| e.to_string())
+                .and_then(|v| parse_subscriptions(&v)),
+        },
         Err(BodyNotRead::TooLarge) => Err(format!(
             "answer larger than {} MiB",
             MAX_LIST_BYTES / (1024 * 1024)
@@ -302,7 +312,8 @@ pub(super) enum Listing {
     /// gRPC `UNIMPLEMENTED`, a malformed list).
     Answered(Vec<AppSubscription>),
     /// No usable answer (unreachable, reset, 5xx, `UNAVAILABLE`, timed
-    /// out, a body cut short midway): asked again. Why, for the log.
+    /// out, a body cut short midway or ending midway through its JSON):
+    /// asked again. Why, for the log.
     Unanswered(String),
 }
 
@@ -460,11 +471,16 @@ mod tests {
         (port, asked)
     }
 
-    /// An app on a raw socket whose first connection answers
-    /// `200 OK` with a body cut short (`content-length` 200, then closed),
-    /// and whose later ones answer a one-entry list; its port and count
-    /// of connections.
+    /// The first answer of [`app_cutting_its_first_listing_short`]: a
+    /// `200 OK` whose body (`content-length` 200) is cut short.
+    const CUT_SHORT_BY_LENGTH: &str =
+        "HTTP/1.1 200 OK\r\ncontent-length: 200\r\n\r\n[{\"pubsubname\":\"p\"";
+
+    /// An app on a raw socket whose first connection answers `first`, then
+    /// closes, and whose later ones answer a one-entry list; its port and
+    /// count of connections.
     async fn app_cutting_its_first_listing_short(
+        first: &'static str,
     ) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -489,8 +505,7 @@ mod tests {
                     }
                 }
                 let answer = if nth == 1 {
-                    "HTTP/1.1 200 OK\r\ncontent-length: 200\r\n\r\n[{\"pubsubname\":\"p\""
-                        .to_string()
+                    first.to_string()
                 } else {
                     let body = r#"[{"pubsubname":"p","topic":"orders","route":"/orders"}]"#;
                     format!(
@@ -510,7 +525,24 @@ mod tests {
     /// read as an empty, malformed list: no subscriptions until restart.
     #[tokio::test]
     async fn a_listing_cut_short_midway_is_asked_again_and_taken() {
-        let (port, connections) = app_cutting_its_first_listing_short().await;
+        let (port, connections) = app_cutting_its_first_listing_short(CUT_SHORT_BY_LENGTH).await;
+        assert_asked_again_and_taken(port, &connections).await;
+    }
+
+    /// A listing whose body has no length nor chunks (it ends where the
+    /// connection does) and ends midway through its JSON is no answer:
+    /// asked again, and the next full answer taken. Before, the body read
+    /// whole, and its JSON, cut short, as malformed: none taken for good.
+    #[tokio::test]
+    async fn a_close_delimited_listing_ending_midway_is_asked_again_and_taken() {
+        let first = "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n[{\"pubsubname\":\"p\"";
+        let (port, connections) = app_cutting_its_first_listing_short(first).await;
+        assert_asked_again_and_taken(port, &connections).await;
+    }
+
+    /// Asks the app on `port` (of [`app_cutting_its_first_listing_short`])
+    /// for its listing: its second answer is taken, on a second connection.
+    async fn assert_asked_again_and_taken(port: u16, connections: &std::sync::atomic::AtomicUsize) {
         crate::tls::install_ring_provider();
         let listed = tokio::time::timeout(
             Duration::from_secs(10),
@@ -740,5 +772,55 @@ mod tests {
         assert_eq!(topics, ["kept"]);
         let dropped: Vec<&str> = left_out.iter().map(|l| l.topic.as_str()).collect();
         assert_eq!(dropped, ["none", "empty"]);
+    }
+
+    /// Runs `f` with the warnings it logs captured, as a log writer
+    /// writes them.
+    fn logs_of(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = captured.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// The pub/sub, topic and reason of an entry left out, and of a bulk
+    /// subscription refused, are the app's text: logged with control
+    /// characters escaped, one line per warning. Before, a line feed in
+    /// them split the line (a forged log line).
+    #[test]
+    fn an_entry_left_out_is_logged_on_one_line_whatever_the_app_wrote() {
+        let listing = serde_json::json!([
+            {"pubsubname": "p\nERROR forged", "topic": "t\nx"},
+            {"pubsubname": "p", "topic": "t\nbulk", "route": "/b",
+             "bulkSubscribe": {"enabled": true}},
+            {"pubsubname": "p", "topic": "t", "route": "/t", "metadata": {"k": "v\nforged"}},
+        ]);
+        let mut taken = Vec::new();
+        let logs = logs_of(|| taken = parse_subscriptions(&listing).expect("an array"));
+        assert_eq!(taken.len(), 1);
+        assert_eq!(logs.lines().count(), 2, "{logs}");
+        assert!(
+            logs.contains(r"p\nERROR forged") && logs.contains(r"t\nx"),
+            "{logs}"
+        );
+        assert!(logs.contains(r"t\nbulk"), "{logs}");
     }
 }
