@@ -32,9 +32,11 @@ struct ReloadLabels {
     trigger: String,
 }
 
+/// Labels of the components of one kind: a custom kind is free text (as
+/// its component's code names it), written escaped.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
-    kind: String,
+    kind: LabelText<String>,
 }
 
 /// Labels of one request: all but the store are fixed names, and the
@@ -253,7 +255,7 @@ impl ApiMetrics {
         for (key, _) in generation.iter() {
             self.components
                 .get_or_create(&KindLabels {
-                    kind: key.kind.to_string(),
+                    kind: LabelText(key.kind.to_string()),
                 })
                 .inc();
         }
@@ -376,6 +378,37 @@ mod tests {
             text.contains(
                 r#"rewire_circuit_breaker_state{component="pubsub/a\"b\\",policy="c\"p\\",direction="outbound"} 0"#
             ),
+            "{text}"
+        );
+    }
+
+    /// A component of a custom kind whose name holds `"` and `\`, as its
+    /// code may spell it.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "odd\"kind\\", type = "test.metrics.odd")]
+    struct OddKind {}
+
+    #[async_trait]
+    impl Component for OddKind {}
+
+    /// A custom kind's name is free text, written escaped in the
+    /// components gauge: written as is, one such kind made Prometheus
+    /// refuse the whole exposition.
+    #[tokio::test]
+    async fn a_custom_kind_label_is_escaped() {
+        let json = serde_json::json!({
+            "components": {"odd\"kind\\": {"x": {"type": "test.metrics.odd"}}}
+        });
+        let file = parse(json.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = ApiMetrics::new().render(&runtime);
+        runtime.shutdown().await;
+        assert!(
+            text.contains(r#"rewire_components{kind="odd\"kind\\"} 1"#),
             "{text}"
         );
     }
