@@ -416,8 +416,10 @@ impl Deliveries {
     /// at a time, each in a task of its own) and books each as it ends
     /// ([`Self::started`]), `starting` holding what each takes over.
     /// `false` when shutdown came first: the starts still running are
-    /// abandoned (their delivery stops with the shutdown), and nothing
-    /// more of the pass is done.
+    /// abandoned (their delivery stops with the shutdown), what they were
+    /// taking over is stopped with the retired ones
+    /// ([`Self::stop_with_the_retired`]), and nothing more of the pass is
+    /// done.
     async fn start_all(
         &mut self,
         to_start: Vec<(String, Prepared)>,
@@ -434,8 +436,12 @@ impl Deliveries {
                 tasks.spawn(async move { (id, prepared.start(&runtime).await) });
             }
             let joined = tokio::select! {
-                () = self.shutdown.cancelled() => return false,
-                joined = tasks.join_next() => joined,
+                () = self.shutdown.cancelled() => None,
+                joined = tasks.join_next() => Some(joined),
+            };
+            let Some(joined) = joined else {
+                self.stop_with_the_retired(starting);
+                return false;
             };
             let Some(joined) = joined else {
                 break;
@@ -458,6 +464,22 @@ impl Deliveries {
             self.started(id, booked, failed).await;
         }
         true
+    }
+
+    /// What the abandoned starts `starting` were taking over, among the
+    /// retired: stopped, and waited for (within [`STOP_WAIT`]), when the
+    /// shutdown stops those, so no delivery of theirs still reaches the
+    /// app, or acknowledges to a broker already closed, once
+    /// [`Self::follow`] returned.
+    fn stop_with_the_retired(&mut self, starting: HashMap<String, Starting>) {
+        for (id, booked) in starting {
+            for (_, running) in booked.taken_over {
+                self.retired.push(Retired {
+                    id: id.clone(),
+                    running,
+                });
+            }
+        }
     }
 
     /// Books how the start of `id` went: running (what it replaces or

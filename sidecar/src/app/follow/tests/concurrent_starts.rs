@@ -4,7 +4,8 @@
 //! every wait is virtual and bounded.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rewire_runtime::config::{parse, validate, SubscriptionRoutes};
@@ -16,7 +17,7 @@ use rewire_runtime::{
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::super::Deliveries;
+use super::super::{Deliveries, Feed, Running};
 use crate::app::routed::AppTarget;
 use crate::app::{AppChannel, AppSubscription};
 
@@ -129,5 +130,68 @@ async fn silent_brokers_do_not_hold_the_other_starts_nor_the_shutdown() {
         .await
         .expect("stopped at once, not after the pending subscribes")
         .expect("joined");
+    runtime.shutdown().await;
+}
+
+/// `a` runs on pub/sub `silent`; the pass renames it `b` (the same pub/sub
+/// and topic), so `b`'s start takes `a` over, and that start never
+/// answers. A shutdown during it stops `a` too and waits for it: `a`'s
+/// delivery, which takes a moment to end once stopped (an event still
+/// being settled), has ended once the task returns (it went on, posting
+/// to the app or acknowledging, after the subscriptions were stopped).
+#[tokio::test(start_paused = true)]
+async fn a_subscription_being_taken_over_is_stopped_and_waited_for_at_shutdown() {
+    let file = parse(
+        br#"{"appId": "app", "components": {"pubsub": {
+            "silent": {"type": "test.follow.silent"}}}}"#,
+    )
+    .unwrap_or_else(|p| panic!("{p}"));
+    let registry = Registry::collected();
+    let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel: AppChannel::local(9),
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, _running) = watch::channel(BTreeSet::new());
+    let mut deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let stop = shutdown.child_token();
+    let a_ended = Arc::new(AtomicBool::new(false));
+    let a_delivery = tokio::spawn({
+        let (stop, ended) = (stop.clone(), Arc::clone(&a_ended));
+        async move {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            ended.store(true, Ordering::SeqCst);
+        }
+    });
+    let a = on("silent", "orders");
+    deliveries.running.insert(
+        "a".into(),
+        Running {
+            feed: Feed::of(&a),
+            routes: watch::channel(Arc::new(a.routes.clone())).0,
+            dead_letter_topic: watch::channel(None).0,
+            retire: watch::channel(false).0,
+            stop,
+            task: a_delivery,
+        },
+    );
+    let following = tokio::spawn(deliveries.follow(vec![("b".to_string(), a)]));
+    // `b` waits on its broker (for up to SUBSCRIBE_WITHIN, 40 s).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!a_ended.load(Ordering::SeqCst), "`a` runs while `b` starts");
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), following)
+        .await
+        .expect("stopped within the stop wait")
+        .expect("joined");
+    assert!(
+        a_ended.load(Ordering::SeqCst),
+        "`a`, taken over by the abandoned start, was not stopped and waited for"
+    );
     runtime.shutdown().await;
 }
