@@ -3,7 +3,6 @@
 //! series of a store removed dropped at the next reload applied), and
 //! circuit breakers by component.
 
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -196,21 +195,20 @@ impl ApiMetrics {
     }
 
     /// After a reload applied, drops the request series of every store no
-    /// longer serving: a record names every component serving after it
-    /// (and those it removed), so a record missed (the events lagged) is
-    /// made up for by the next one.
+    /// longer serving, whether labelled by its name or, by the Lifecycle
+    /// API, by its `kind/name` key: a record names every component serving
+    /// after it (and those it removed), so a record missed (the events
+    /// lagged) is made up for by the next one.
     fn forget_stores_gone(&self, record: &ReloadRecord) {
         if record.outcome != Outcome::Applied {
             return;
         }
-        let serving: HashSet<&str> = record
+        let serving = record
             .actions
             .iter()
             .filter(|(_, action)| **action != Action::Removed)
-            .map(|(key, _)| &*key.name)
-            .collect();
-        self.request_series
-            .retain_stores(|store| serving.contains(store), &self.requests);
+            .map(|(key, _)| key);
+        self.request_series.retain_serving(serving, &self.requests);
     }
 
     /// Counts one configuration subscriber dropped for falling behind.
@@ -428,49 +426,126 @@ mod tests {
         parse(json.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
     }
 
-    /// Names pushed and renamed one after another would each keep their
-    /// series for ever: a reload applied drops those of stores gone, and
-    /// keeps the others' counts.
-    #[tokio::test]
-    async fn a_reload_drops_the_request_series_of_stores_no_longer_serving() {
+    /// A runtime serving idle brokers named `names`, and metrics following
+    /// its reloads.
+    async fn following(names: &[&str]) -> (Runtime, Arc<ApiMetrics>) {
         let registry = Registry::collected();
-        let config =
-            validate(brokers(&["old", "kept"]), &registry).unwrap_or_else(|p| panic!("{p}"));
+        let config = validate(brokers(names), &registry).unwrap_or_else(|p| panic!("{p}"));
         let runtime = Runtime::start(config, registry, RuntimeOptions::default())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let metrics = Arc::new(ApiMetrics::new());
         metrics.follow_reloads(&runtime);
+        (runtime, metrics)
+    }
+
+    /// Applies brokers named `names` to `runtime`, then waits (10 s at
+    /// most) for `metrics` to drop the series `gone` (the reload's event
+    /// reaches them in the background); returns the text rendered then.
+    async fn apply_and_wait_dropped(
+        runtime: &Runtime,
+        metrics: &ApiMetrics,
+        names: &[&str],
+        gone: &str,
+    ) -> String {
+        let record = runtime.apply(brokers(names)).await;
+        let record = record.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.outcome, Outcome::Applied);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut text = metrics.render(runtime);
+        while text.contains(gone) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{gone} never dropped:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            text = metrics.render(runtime);
+        }
+        text
+    }
+
+    /// The series of a `GetState` call on `store`, counted once.
+    fn state_series(store: &str) -> String {
+        format!(r#"method="GetState",store="{store}",code="200"}} 1"#)
+    }
+
+    /// The series of a Lifecycle `ApplyConfiguration` call labelled
+    /// `key` (`kind/name`), counted once.
+    fn lifecycle_series(key: &str) -> String {
+        format!(r#"method="ApplyConfiguration",store="{key}",code="OK"}} 1"#)
+    }
+
+    /// Counts one Lifecycle `ApplyConfiguration` call labelled `key`.
+    fn observe_lifecycle(metrics: &ApiMetrics, key: &str) {
+        let code = ResultCode::Grpc("OK");
+        let store = Some(Arc::from(key));
+        metrics.observe_request("grpc", "ApplyConfiguration", store, code, Duration::ZERO);
+    }
+
+    /// Names pushed and renamed one after another would each keep their
+    /// series for ever: a reload applied drops those of stores gone, and
+    /// keeps the others' counts.
+    #[tokio::test]
+    async fn a_reload_drops_the_request_series_of_stores_no_longer_serving() {
+        let (runtime, metrics) = following(&["old", "kept"]).await;
         let code = ResultCode::Http(200);
         for store in ["old", "kept"] {
             let store = Some(Arc::from(store));
             metrics.observe_request("http", "GetState", store, code, Duration::ZERO);
         }
-        let series = |store: &str| format!(r#"method="GetState",store="{store}",code="200"}} 1"#);
         let text = metrics.render(&runtime);
-        assert!(text.contains(&series("old")), "{text}");
+        assert!(text.contains(&state_series("old")), "{text}");
 
-        let record = runtime.apply(brokers(&["kept", "new"])).await;
-        let record = record.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(record.outcome, Outcome::Applied);
-        // The reload's event reaches the metrics in the background.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut text = metrics.render(&runtime);
-        while text.contains(&series("old")) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "never dropped:\n{text}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            text = metrics.render(&runtime);
-        }
+        let text =
+            apply_and_wait_dropped(&runtime, &metrics, &["kept", "new"], &state_series("old"))
+                .await;
         runtime.shutdown().await;
-        assert!(text.contains(&series("kept")), "{text}");
+        assert!(text.contains(&state_series("kept")), "{text}");
         assert_eq!(
             metrics.request_series.len(),
             1,
             "the index let go of it too"
         );
+    }
+
+    /// The Lifecycle API labels its calls with the component's key,
+    /// `kind/name`: matched against names only, every such series was
+    /// dropped at every reload applied (a push is one), so its counters
+    /// restarted after almost every call.
+    #[tokio::test]
+    async fn a_reload_keeps_the_lifecycle_series_of_components_still_serving() {
+        let (runtime, metrics) = following(&["old", "kept"]).await;
+        observe_lifecycle(&metrics, "pubsub/kept");
+        // Dropped by the same handling of the reload's event: once it is
+        // gone, that event was handled.
+        let store = Some(Arc::from("old"));
+        let code = ResultCode::Http(200);
+        metrics.observe_request("http", "GetState", store, code, Duration::ZERO);
+
+        let text =
+            apply_and_wait_dropped(&runtime, &metrics, &["kept", "new"], &state_series("old"))
+                .await;
+        runtime.shutdown().await;
+        assert!(text.contains(&lifecycle_series("pubsub/kept")), "{text}");
+        assert_eq!(metrics.request_series.len(), 1, "{text}");
+    }
+
+    /// The Lifecycle series of a component removed go with it, those of
+    /// the components still serving stay.
+    #[tokio::test]
+    async fn a_reload_drops_the_lifecycle_series_of_components_removed() {
+        let (runtime, metrics) = following(&["old", "kept"]).await;
+        for key in ["pubsub/old", "pubsub/kept"] {
+            observe_lifecycle(&metrics, key);
+        }
+        let text = metrics.render(&runtime);
+        assert!(text.contains(&lifecycle_series("pubsub/old")), "{text}");
+
+        let gone = lifecycle_series("pubsub/old");
+        let text = apply_and_wait_dropped(&runtime, &metrics, &["kept", "new"], &gone).await;
+        runtime.shutdown().await;
+        assert!(text.contains(&lifecycle_series("pubsub/kept")), "{text}");
+        assert_eq!(metrics.request_series.len(), 1, "{text}");
     }
 
     /// Components of the test's configuration.

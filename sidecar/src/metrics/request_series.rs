@@ -9,15 +9,17 @@
 //! series. It holds no more entries than the families do (the labels are
 //! bounded, see [`StoreLabel`](crate::dapr::StoreLabel)), and the series of
 //! a store no longer serving are dropped at each reload applied
-//! ([`RequestSeries::retain_stores`]): names that change with each push or
-//! overlay do not pile up.
+//! ([`RequestSeries::retain_serving`]): names that change with each push
+//! or overlay do not pile up.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
+use rewire_runtime::ComponentKey;
 
 use super::{LatencyLabels, RequestLabels};
 
@@ -73,17 +75,27 @@ impl RequestSeries {
     }
 
     /// Drops, from the index and from `requests`, the series of every
-    /// store `serving` refuses (a call without a store is kept). A call
+    /// store label none of the components `serving` is counted under (a
+    /// call without a store is kept): a component counts under its name
+    /// (the state, pub/sub, binding... APIs' label) and under its key,
+    /// `kind/name` (the Lifecycle API's, Dapr's and Layotto's). A call
     /// still running on an older generation may count its store again
     /// after this: that series is dropped at the next reload applied.
-    pub(super) fn retain_stores(
+    pub(super) fn retain_serving<'a>(
         &self,
-        serving: impl Fn(&str) -> bool,
+        serving: impl IntoIterator<Item = &'a ComponentKey>,
         requests: &Family<RequestLabels, Counter>,
     ) {
+        let serving_labels: HashSet<Cow<'a, str>> = serving
+            .into_iter()
+            .flat_map(|key| [Cow::Borrowed(&*key.name), Cow::Owned(key.to_string())])
+            .collect();
         let mut seen = self.seen.write().unwrap_or_else(|p| p.into_inner());
         seen.retain(|labels, _| {
-            let kept = labels.store.as_ref().is_none_or(|store| serving(&store.0));
+            let kept = labels
+                .store
+                .as_ref()
+                .is_none_or(|store| serving_labels.contains(&*store.0));
             if !kept {
                 requests.remove(labels);
             }
