@@ -105,9 +105,10 @@ impl Plan<'_> {
     /// Any answer but `Applied` rebuilds that component now (after a panic
     /// or a timeout, once its previous metadata is re-applied), against the
     /// generation built so far. A level with a failure fails the
-    /// transaction once all of it is joined; the undo re-applies the
-    /// previous metadata of the updates made, and those never reached stay
-    /// not made.
+    /// transaction once all of it is joined (but for a marked component
+    /// retried best effort, kept as it runs: see [`super::marked`]); the
+    /// undo re-applies the previous metadata of the updates made, and
+    /// those never reached stay not made.
     pub(super) async fn at_commit(
         &self,
         levels: &[Vec<ComponentKey>],
@@ -134,6 +135,7 @@ impl Plan<'_> {
                 continue;
             }
             let failures = self.commit_level(&steps, progress, registry, cx).await;
+            let failures = self.keep_failed_retries(failures, progress, Some(&steps));
             if !failures.is_empty() {
                 // Those of this level still left to the commit were tried
                 // and failed (their spans say so; a half-made update was

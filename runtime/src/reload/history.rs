@@ -43,9 +43,12 @@ impl fmt::Display for Trigger {
 pub enum Outcome {
     /// A new generation is serving. A component whose staged update
     /// panicked when applied is [`Action::Failed`](super::Action::Failed)
-    /// and named in the error.
+    /// and named in the error. A component not as declared (an earlier
+    /// update of it could not be put back) that the reload retried in vain
+    /// is kept as it runs and noted in the error, but does not fail it.
     Applied,
-    /// Nothing differed from the running configuration.
+    /// Nothing differed from the running configuration (the error may
+    /// note a component not as declared retried in vain, kept as it runs).
     NoChange,
     /// The candidate was invalid or stale; nothing was touched.
     Rejected,
@@ -65,9 +68,11 @@ pub struct ReloadRecord {
     pub attempt: u32,
     /// How it ended.
     pub outcome: Outcome,
-    /// Why it was rejected or rolled back, or, applied, which component's
-    /// update failed after the commit (secret values scrubbed; at most
-    /// 32 lines of about 1 KiB each, a longer line cut in its middle).
+    /// Why it was rejected or rolled back; or, applied (or no change),
+    /// which component's update failed after the commit, and which
+    /// component not as declared was retried in vain and kept as it runs
+    /// (secret values scrubbed; at most 32 lines of about 1 KiB each, a
+    /// longer line cut in its middle).
     pub error: Option<String>,
     /// Per component (`kind/name`), what was done (or would have been, for a
     /// rolled-back reload).

@@ -16,6 +16,7 @@ mod at_commit;
 mod drain;
 mod history;
 mod in_place;
+mod marked;
 mod put_back;
 pub(crate) mod queue;
 mod record;

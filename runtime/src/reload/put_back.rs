@@ -7,9 +7,9 @@
 //! the same candidate reloaded again tries it again; when the previous
 //! declaration cannot be put back, the running set marks the component
 //! instead, so the next reload tries it again even when the declarations
-//! compare equal (only a reference moved).
-
-use std::collections::BTreeSet;
+//! compare equal (only a reference moved), until its retries failed
+//! [`FORCED_RETRIES`](crate::running::FORCED_RETRIES) times in a row
+//! (then only a reload that names it does).
 
 use super::actions::Action;
 use super::in_place::Unapplied;
@@ -17,7 +17,7 @@ use super::record::Ending;
 use super::transaction::revert;
 use super::Reloader;
 use crate::assemble::AssemblyContext;
-use crate::component::ComponentKey;
+use crate::running::Marks;
 
 /// What a commit left to put back, and the reload's context to do it in
 /// (its init timeout, cut short by shutdown as the reload is).
@@ -30,13 +30,14 @@ impl Reloader {
     /// Makes each unapplied component's previous entry the running set's
     /// again, re-applies its previous metadata on the instance (the
     /// update may have been half made), and marks it failed in `ending`,
-    /// with why. `not_as_declared`: the components whose running entry was
-    /// not what their declaration says before the reload (their previous
-    /// entry is put back marked so again).
+    /// with why. `not_as_declared`: the marks of the components whose
+    /// running entry was not what their declaration says before the
+    /// reload (their previous entry is put back marked so again, one more
+    /// failed retry counted).
     pub(super) async fn put_back(
         &self,
         put_back: PutBack,
-        not_as_declared: &BTreeSet<ComponentKey>,
+        not_as_declared: &Marks,
         ending: &mut Ending,
     ) {
         let PutBack { unapplied, cx } = put_back;
@@ -57,11 +58,15 @@ impl Reloader {
             let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
             let instance = previous.assembled.instance.clone();
             // Recorded first: the revert may take up to the init timeout.
-            let marked = not_as_declared.contains(&key);
-            let kept = match self.running.restore(previous, marked) {
-                Ok(()) => "its previous declaration stays in force; reload the change to try again"
+            let mark = not_as_declared.get(&key).map(|mark| mark.failed_again());
+            let kept = match (self.running.restore(previous, mark), mark) {
+                (Ok(()), Some(mark)) if !mark.forces() => format!(
+                    "its previous entry, not as declared, stays in force; {}",
+                    mark.retried()
+                ),
+                (Ok(()), _) => "its previous declaration stays in force; reload the change to try again"
                     .to_string(),
-                Err(why) => format!(
+                (Err(why), _) => format!(
                     "its previous declaration could not be restored ({why}); reload the change to try again"
                 ),
             };

@@ -169,6 +169,9 @@ fn log_record(record: &ReloadRecord) {
         Some(error) if record.outcome == Outcome::Applied => {
             tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload applied, but not all of it.")
         }
+        Some(error) if record.outcome == Outcome::NoChange => {
+            tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload changed nothing, and a retry failed.")
+        }
         Some(error) => {
             tracing::warn!(generation = record.generation, trigger = %record.trigger, outcome = ?record.outcome, error = %error, "Reload not applied.")
         }

@@ -183,7 +183,8 @@ impl Reloader {
     /// built is undone and the ending to record is returned. The
     /// components whose running entry is not what their declaration says
     /// are forced, as the request's are: re-resolved and updated again
-    /// although the diff sees no change in their declaration.
+    /// although the diff sees no change in their declaration (best effort:
+    /// see [`super::marked`]).
     async fn prepare(
         &self,
         snapshot: Snapshot,
@@ -208,14 +209,16 @@ impl Reloader {
         };
         let abandoned = Arc::clone(&cx.abandoned_closes);
         let generation = snapshot.generation;
-        let mut forced = snapshot.not_as_declared;
-        forced.extend(request.forced.iter().cloned());
+        let marks = snapshot.not_as_declared;
+        let (forced, best_effort) = super::marked::forced(&marks, &request.forced, &diff);
         let plan = transaction::Plan {
             current: snapshot.components,
             old: snapshot.config,
             candidate,
             diff,
             forced,
+            best_effort,
+            marks,
         };
         let prepared = plan.prepare(&self.registry, &cx).await;
         if self.stopped.is_cancelled() {
@@ -267,6 +270,7 @@ impl Reloader {
             components: components.clone(),
             acted_on: prepared.actions.keys().cloned().collect(),
             publish: changed,
+            marks_left: prepared.marks_left,
         });
         let Ok(generation) = committed else {
             // The instances retired were closed with the set; the staged
@@ -300,7 +304,7 @@ impl Reloader {
             generation,
             actions: prepared.actions,
             serving,
-            error: None,
+            error: prepared.notes,
         };
         Ok((ending, put_back))
     }

@@ -21,7 +21,7 @@ use crate::component::{Component, ComponentKey, InPlace, PendingInPlace, StagedI
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
-use crate::running::{staged_sharing, Components, Running};
+use crate::running::{staged_sharing, Components, Marks, MarksLeft, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {
@@ -106,6 +106,12 @@ pub(crate) struct Prepared {
     pub(crate) old_order: Vec<ComponentKey>,
     /// Undoes it, should it not be committed after all.
     pub(crate) undo: Undo,
+    /// The marked components it left as they ran (see
+    /// [`super::marked`]), for the commit.
+    pub(crate) marks_left: MarksLeft,
+    /// Notes for the record (one line each) of what it left undone
+    /// without failing: a marked component's retry that failed.
+    pub(crate) notes: Option<String>,
 }
 
 /// What undoes a prepared generation that is not committed after all (a
@@ -157,6 +163,12 @@ pub(crate) struct Plan<'a> {
     pub(crate) diff: ConfigDiff,
     /// Components to re-resolve although their declaration did not change.
     pub(crate) forced: BTreeSet<ComponentKey>,
+    /// Those of `forced` forced by their mark alone: when one fails, it is
+    /// kept as it runs instead of failing the transaction (see
+    /// [`super::marked`]).
+    pub(crate) best_effort: BTreeSet<ComponentKey>,
+    /// The running set's marks (components not as declared).
+    pub(crate) marks: Marks,
 }
 
 /// The transaction under way: what the new generation holds so far.
@@ -165,6 +177,10 @@ pub(super) struct Progress {
     /// Every action but the keeping of a component outside the impact.
     pub(super) actions: BTreeMap<ComponentKey, Action>,
     pub(super) done: Vec<Step>,
+    /// The marked components left as they ran.
+    pub(super) marks_left: MarksLeft,
+    /// Notes for the record, one line each.
+    pub(super) notes: Vec<String>,
 }
 
 impl Plan<'_> {
@@ -186,6 +202,7 @@ impl Plan<'_> {
         let now = self.updated_now(&impact);
         let kept = self.kept_as_they_run(&impact);
         let mut progress = self.keep_unimpacted(&impact);
+        progress.marks_left.unresolved = self.marked_among(&kept);
         let levels = self.candidate.graph.levels_within(&impact);
         for level in &levels {
             let failures = self
@@ -256,13 +273,17 @@ impl Plan<'_> {
             next,
             actions: BTreeMap::new(),
             done: Vec::new(),
+            marks_left: MarksLeft::default(),
+            notes: Vec::new(),
         }
     }
 
     /// Runs the impacted components of one level concurrently, against the
-    /// instances the new generation holds so far; returns the failures.
-    /// `now`: those whose update left to the commit is made at once;
-    /// `kept`: those kept as they run, their refs not resolved again.
+    /// instances the new generation holds so far; returns the failures
+    /// (a marked component retried best effort that fails is kept as it
+    /// runs instead: see [`super::marked`]). `now`: those whose update
+    /// left to the commit is made at once; `kept`: those kept as they
+    /// run, their refs not resolved again.
     async fn run_level(
         &self,
         level: &[ComponentKey],
@@ -356,7 +377,7 @@ impl Plan<'_> {
             }
         }
         failures.sort_by(|a, b| a.component.cmp(&b.component));
-        failures
+        self.keep_failed_retries(failures, progress, None)
     }
 
     /// The replaced and removed instances, to drain after the commit.
@@ -370,6 +391,8 @@ impl Plan<'_> {
             next,
             mut actions,
             done,
+            marks_left,
+            notes,
         } = progress;
         let mut retired = Vec::new();
         let mut deferred = Vec::new();
@@ -432,6 +455,8 @@ impl Plan<'_> {
                 levels,
                 cx: cx.clone(),
             },
+            marks_left,
+            notes: (!notes.is_empty()).then(|| notes.join("\n")),
         }
     }
 }

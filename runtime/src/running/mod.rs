@@ -6,6 +6,7 @@
 mod close;
 mod components;
 mod layers;
+mod marks;
 mod restore;
 mod start;
 mod status;
@@ -26,6 +27,9 @@ use crate::registry::Registry;
 
 pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
+pub(crate) use marks::{Mark, Marks, MarksLeft};
+#[cfg(test)]
+pub(crate) use marks::FORCED_RETRIES;
 pub(crate) use start::{NotStarted, CANCELLED_START_UNWIND};
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
@@ -52,8 +56,9 @@ pub(crate) struct Snapshot {
     /// The components whose running entry is not what their declaration
     /// says (see [`RunningSet::restore`]): a reload re-resolves them and
     /// applies their update again, as if forced, although the
-    /// declaration did not change.
-    pub(crate) not_as_declared: BTreeSet<ComponentKey>,
+    /// declaration did not change (best effort, and only until their
+    /// retries failed [`marks::FORCED_RETRIES`] times in a row).
+    pub(crate) not_as_declared: Marks,
 }
 
 /// What a reload hands over to become the running set.
@@ -70,6 +75,9 @@ pub(crate) struct Commit {
     /// Whether any instance or section changed: only then is a new
     /// generation published.
     pub(crate) publish: bool,
+    /// The marked components the reload left as they ran, although it
+    /// acted on them: their marks stay.
+    pub(crate) marks_left: MarksLeft,
 }
 
 struct State {
@@ -79,8 +87,9 @@ struct State {
     /// The one record of which running entries are not what their
     /// declaration says: a put-back that kept the new references with the
     /// previous values marks its component; a commit that acts on it (its
-    /// update, a rebuild, its removal) clears the mark.
-    not_as_declared: BTreeSet<ComponentKey>,
+    /// update, a rebuild, its removal) clears the mark, unless the reload
+    /// left it as it ran (see [`MarksLeft`]).
+    not_as_declared: Marks,
     /// Set by [`RunningSet::close_all`]: no commit after it (a reload a
     /// shutdown left behind would publish instances nobody closes).
     closed: bool,
@@ -131,7 +140,7 @@ impl RunningSet {
             layers: RunningLayers::FileOnly,
             config: Arc::new(config),
             components,
-            not_as_declared: BTreeSet::new(),
+            not_as_declared: Marks::default(),
             closed: false,
         };
         let plan = watch::channel(Arc::new(WatchPlan::of(
@@ -210,9 +219,10 @@ impl RunningSet {
     /// instance changed) together with its configuration and layers, then
     /// tells the triggers what to watch. A component it acted on, or no
     /// longer runs, is as declared from then on (its mark, if any, is
-    /// cleared: see [`Self::restore`]). Returns the generation serving;
-    /// gives `commit` back, not made, once [`close_all`](Self::close_all)
-    /// has run.
+    /// cleared: see [`Self::restore`]), unless the reload left it as it
+    /// ran ([`Commit::marks_left`]: its mark stays, a failed retry
+    /// counted). Returns the generation serving; gives `commit` back, not
+    /// made, once [`close_all`](Self::close_all) has run.
     pub(crate) fn commit(&self, commit: Commit) -> Result<u64, Box<Commit>> {
         let mut state = self.state();
         if state.closed {
@@ -226,10 +236,11 @@ impl RunningSet {
             number += 1;
         }
         let components = commit.components;
-        let not_as_declared = std::mem::take(&mut state.not_as_declared)
-            .into_iter()
-            .filter(|key| !commit.acted_on.contains(key) && components.get(key).is_some())
-            .collect();
+        let not_as_declared = std::mem::take(&mut state.not_as_declared).after_commit(
+            &commit.acted_on,
+            &commit.marks_left,
+            &components,
+        );
         if commit.publish || app_id_changed {
             self.live.publish_changed(
                 described(number, &commit.config, &components),

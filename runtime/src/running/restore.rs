@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{Components, Running, RunningLayers, RunningSet, WatchPlan};
+use super::{Components, Mark, Running, RunningLayers, RunningSet, WatchPlan};
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, DependencyGraph, Layers, ValidConfig};
 use crate::handle::Instance;
@@ -24,11 +24,11 @@ impl RunningSet {
     /// a watched value that panicked is asked for again only once the
     /// store's value moves on, or by the next reload (not back to back).
     ///
-    /// `previous_not_as_declared`: `previous` was itself not what its
-    /// declaration says before the reload (marked, see
-    /// [`Self::keep_new_refs`]); it is marked again with it, since the
-    /// commit that tried its update cleared the mark and the layers may
-    /// declare exactly what it declares.
+    /// `previous_mark`: `previous` was itself not what its declaration
+    /// says before the reload (marked, see [`Self::keep_new_refs`]); it is
+    /// marked again so (the caller counts the failed retry in it), since
+    /// the commit that tried its update cleared the mark and the layers
+    /// may declare exactly what it declares.
     ///
     /// Refused, with why, when the key no longer runs that instance or the
     /// set is closed. Refused too when the previous declaration references
@@ -39,7 +39,7 @@ impl RunningSet {
     pub(crate) fn restore(
         &self,
         previous: Arc<Running>,
-        previous_not_as_declared: bool,
+        previous_mark: Option<Mark>,
     ) -> Result<(), String> {
         let key = previous.spec.key.clone();
         let mut state = self.state();
@@ -69,7 +69,7 @@ impl RunningSet {
                 gone.join(", ")
             );
             drop(state);
-            return Err(self.keep_new_refs(previous, why));
+            return Err(self.keep_new_refs(previous, why, previous_mark));
         }
         let same_refs = current.spec.component_refs == previous.spec.component_refs
             && current.spec.secret_refs == previous.spec.secret_refs
@@ -84,7 +84,7 @@ impl RunningSet {
             if !graph.cycles().is_empty() {
                 let why = format!("the previous references of {key} would make a cycle");
                 drop(state);
-                return Err(self.keep_new_refs(previous, why));
+                return Err(self.keep_new_refs(previous, why, previous_mark));
             }
             config.graph = graph;
         }
@@ -96,8 +96,8 @@ impl RunningSet {
         components.insert(key.clone(), previous);
         state.config = Arc::new(config);
         state.components = Arc::new(components);
-        if previous_not_as_declared {
-            state.not_as_declared.insert(key.clone());
+        if let Some(mark) = previous_mark {
+            state.not_as_declared.insert(key.clone(), mark);
         }
         self.publish_plan_keeping_tried(&state, &key);
         Ok(())
@@ -111,10 +111,18 @@ impl RunningSet {
     /// but not what its declaration says: the new references serve other
     /// values than those it runs with, and when only a reference moved,
     /// the declaration is the one the layers declare, so a diff sees no
-    /// change. The component is marked not as declared: the next reload
-    /// re-resolves it and applies the update again, whatever it changes,
-    /// and its commit clears the mark. Returns `why`, saying so.
-    fn keep_new_refs(&self, previous: Arc<Running>, why: String) -> String {
+    /// change. The component is marked not as declared (with
+    /// `previous_mark`, when `previous` was marked already): the next
+    /// reload re-resolves it and applies the update again, whatever it
+    /// changes, and its commit clears the mark, until its retries failed
+    /// too often in a row (see [`Mark::forces`]): then only a reload that
+    /// names it does. Returns `why`, saying so.
+    fn keep_new_refs(
+        &self,
+        previous: Arc<Running>,
+        why: String,
+        previous_mark: Option<Mark>,
+    ) -> String {
         let key = previous.spec.key.clone();
         let mut state = self.state();
         let current = match state.components.get(&key) {
@@ -150,10 +158,15 @@ impl RunningSet {
         components.insert(key.clone(), Arc::new(kept));
         state.config = Arc::new(config);
         state.components = Arc::new(components);
-        state.not_as_declared.insert(key.clone());
+        let mark = previous_mark.unwrap_or_default();
+        state.not_as_declared.insert(key.clone(), mark);
         self.publish_plan_keeping_tried(&state, &key);
+        let retried = match mark.forces() {
+            true => "the next reload applies the update again".to_string(),
+            false => format!("it is not as declared: {}", mark.retried()),
+        };
         format!(
-            "{why}; the running declaration of {key} is the new one, its metadata the previous (what runs), and the next reload applies the update again"
+            "{why}; the running declaration of {key} is the new one, its metadata the previous (what runs), and {retried}"
         )
     }
 
@@ -325,18 +338,19 @@ mod tests {
             components: Arc::new(components),
             acted_on: BTreeSet::from([user.clone(), vault.clone()]),
             publish: true,
+            marks_left: crate::running::MarksLeft::default(),
         });
         assert!(committed.is_ok(), "not committed");
 
         let refused = running
-            .restore(previous, false)
+            .restore(previous, None)
             .expect_err("restored a declaration reading a removed store");
         assert!(refused.contains("secret_store/vault"), "{refused}");
         assert!(refused.contains("custom/user"), "{refused}");
         let config = running.config();
         assert!(config.config.components[&user].secret_refs.is_empty());
         let marked = running.snapshot().not_as_declared;
-        assert_eq!(marked, BTreeSet::from([user.clone()]));
+        assert_eq!(marked.keys(), BTreeSet::from([user.clone()]));
         running.close_all(None).await;
         drop(retired);
     }

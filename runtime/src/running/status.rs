@@ -15,7 +15,7 @@ use crate::config::{ComponentSources, ComponentSpec, InjectedRef};
 use crate::handle::resilience::BreakerStatus;
 use crate::redact::{shown_fields, Redactor};
 
-use super::RunningSet;
+use super::{Mark, RunningSet};
 
 /// How long a status waits for one component's readiness answer.
 ///
@@ -43,6 +43,11 @@ pub struct ComponentStatus {
     /// Why it is degraded or not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Set while it runs other values than its declaration says (an
+    /// update of it failed and could not be put back): whether reloads
+    /// still retry it, or what to do.
+    #[serde(rename = "notAsDeclared", skip_serializing_if = "Option::is_none")]
+    pub not_as_declared: Option<String>,
     /// Its effective metadata: declared values, configurationRef values as
     /// resolved, secretRef values replaced by where they come from.
     pub metadata: Map<String, Value>,
@@ -67,13 +72,14 @@ impl RunningSet {
     /// The app id and every running component's status (asks each
     /// component for its readiness, each within a deadline).
     pub(crate) async fn statuses(&self, redactor: &Redactor) -> (String, Vec<ComponentStatus>) {
-        let (components, sources, app_id) = {
+        let (components, sources, app_id, marks) = {
             let state = self.state();
             let (_, sources) = state.layers.whole(&state.config.config).effective();
             (
                 state.components.clone(),
                 sources,
                 state.config.config.app_id.clone(),
+                state.not_as_declared.clone(),
             )
         };
         let mut readiness = readiness_of(&components).await;
@@ -123,6 +129,7 @@ impl RunningSet {
                 type_name: running.spec.type_name.clone(),
                 state,
                 reason,
+                not_as_declared: marks.get(key).map(Mark::status_note),
             });
         }
         (app_id, statuses)

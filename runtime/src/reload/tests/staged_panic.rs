@@ -17,6 +17,8 @@ struct Applied {
     password: StdMutex<Option<String>>,
     /// The next apply of a `panicApply` update panics (once).
     armed: AtomicBool,
+    /// How many staged updates were applied (or panicked applied).
+    applies: AtomicU64,
 }
 
 /// Stages every update; one whose metadata says `panicApply` takes its
@@ -35,6 +37,12 @@ impl Staging {
     /// What a request reads: the `password` in force.
     pub(crate) fn password(&self) -> Option<String> {
         self.applied.password().clone()
+    }
+
+    /// How many staged updates were applied to it (those that panicked
+    /// too).
+    pub(crate) fn applies(&self) -> u64 {
+        self.applied.applies.load(Ordering::SeqCst)
     }
 }
 
@@ -87,6 +95,7 @@ impl InPlaceUpdate for Staging {
         let (metadata, applied) = (metadata.clone(), Arc::clone(&self.applied));
         Ok(StagedInPlace::Deferred(PendingInPlace::new(move || {
             // Half made, then the panic.
+            applied.applies.fetch_add(1, Ordering::SeqCst);
             applied.take(&metadata);
             if always || (panics && applied.armed.swap(false, Ordering::SeqCst)) {
                 panic!("staged update {rev} exploded when applied");
@@ -117,6 +126,7 @@ pub(crate) fn staging_registry() -> Registry {
                 rev: AtomicU64::new(rev_of(m)),
                 password: StdMutex::new(password_of(m)),
                 armed: AtomicBool::new(true),
+                applies: AtomicU64::new(0),
             };
             let applied = Arc::new(applied);
             Ok(Box::new(Staging { applied }))
