@@ -262,3 +262,91 @@ async fn an_event_past_its_expiration_is_not_delivered() {
     assert_eq!(next_data(&mut subscriber).await, json!({"id": "current"}));
     sidecar.stop().await;
 }
+
+/// How long the [`SlowBroker`] takes each publish.
+const SLOW_PUBLISH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A broker taking each publish in [`SLOW_PUBLISH`], any number at once
+/// (a slow link).
+#[derive(rewire::Component, Default)]
+#[component(kind = "pubsub", type = "test.api.slow_broker")]
+struct SlowBroker {}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::Component for SlowBroker {}
+
+#[rewire::prelude::async_trait]
+impl rewire::prelude::PubSub for SlowBroker {
+    async fn publish(
+        &self,
+        _: rewire::prelude::PublishRequest,
+    ) -> Result<(), rewire::prelude::PubSubError> {
+        tokio::time::sleep(SLOW_PUBLISH).await;
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        _: rewire::prelude::SubscribeRequest,
+    ) -> Result<rewire::prelude::PubSubSubscription, rewire::prelude::PubSubError> {
+        Err(rewire::prelude::PubSubError::Invalid(
+            "the slow broker only takes publishes".into(),
+        ))
+    }
+}
+
+/// A bulk publish of 10 entries to a broker taking 1 s per publish, under
+/// a 5 s `request_timeout`, over gRPC and HTTP: every entry published
+/// (`OK` with no failed entry, 204), its entries published side by side.
+/// Before, one after another, the call was cut whole at 5 s
+/// (`DEADLINE_EXCEEDED`, 504), with no word of the entries taken.
+#[tokio::test]
+async fn a_bulk_publish_to_a_slow_broker_publishes_its_entries_side_by_side() {
+    use crate::support::grpc;
+
+    let config = r#"{"appId": "shop", "components": {"pubsub": {"slow": {"type": "test.api.slow_broker"}}}}"#;
+    let options = ApiOptions {
+        request_timeout: 5 * SLOW_PUBLISH,
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(config, options).await;
+    let mut dapr = grpc::dapr_client(sidecar.grpc_url()).await;
+    let entries = (0..10)
+        .map(|i| grpc::dapr::BulkPublishRequestEntry {
+            entry_id: format!("e{i}"),
+            event: b"x".to_vec(),
+            content_type: "text/plain".into(),
+            metadata: Default::default(),
+        })
+        .collect();
+    let bulk = grpc::dapr::BulkPublishRequest {
+        pubsub_name: "slow".into(),
+        topic: "orders".into(),
+        entries,
+        metadata: Default::default(),
+    };
+    let failed = dapr
+        .bulk_publish_event_alpha1(bulk)
+        .await
+        .expect("answered within request_timeout")
+        .into_inner()
+        .failed_entries;
+    assert!(failed.is_empty(), "{failed:?}");
+
+    let entries: Vec<Value> = (0..10)
+        .map(|i| json!({"entryId": format!("e{i}"), "event": "x", "contentType": "text/plain"}))
+        .collect();
+    let response = Client::new()
+        .post(format!(
+            "{}/v1.0-alpha1/publish/bulk/slow/orders",
+            sidecar.http_url()
+        ))
+        .json(&entries)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    sidecar.stop().await;
+}

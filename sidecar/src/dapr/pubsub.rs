@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rewire_runtime::{echoed, Instance, Kind, PubSub, PubSubError, PublishRequest};
 
@@ -21,6 +22,8 @@ use super::pubsub_event::{
 };
 use super::request_limits::{check_item_count, check_request_metadata, RequestLimitError};
 use super::retry_rule;
+
+mod bulk;
 
 /// How many times a publish follows a broker replaced under it.
 const RETIRED_RETRIES: usize = 3;
@@ -313,18 +316,52 @@ impl PubSubOps {
 
     /// Publishes each of `entries` (`(entry_id, event)`), each with
     /// `request_metadata` under its own; the ids of the failed ones with
-    /// their errors. An empty or repeated `entryId`, or an entry sent as a
-    /// CloudEvent that is not one, refuses the whole request before
-    /// anything is published, as Dapr does: every entry is checked first,
-    /// reading the metadata where it is, no copy made. Then one entry at a
-    /// time is merged with `request_metadata`, enveloped and published, so
-    /// no more than one merged copy is held, whatever the request's count
-    /// of entries times its metadata.
+    /// their errors. No answer deadline of its own: a transport should
+    /// give its call's `request_timeout` to [`bulk_publish_within`].
+    ///
+    /// [`bulk_publish_within`]: Self::bulk_publish_within
     pub async fn bulk_publish(
         &self,
         topic: &str,
         request_metadata: &HashMap<String, String>,
         entries: Vec<(String, PublishEvent)>,
+    ) -> Result<Vec<(String, String)>, PubSubOpError> {
+        self.bulk_publish_by(topic, request_metadata, entries, None)
+            .await
+    }
+
+    /// Publishes each of `entries` (`(entry_id, event)`), each with
+    /// `request_metadata` under its own; the ids of the failed ones with
+    /// their errors. An empty or repeated `entryId`, or an entry sent as a
+    /// CloudEvent that is not one, refuses the whole request before
+    /// anything is published, as Dapr does: every entry is checked first,
+    /// reading the metadata where it is, no copy made. Then the entries
+    /// are published side by side, at most [`bulk::BULK_CONCURRENCY`] at
+    /// once, each merged with `request_metadata` and enveloped when its
+    /// publish starts (no more merged copies held than that). It answers
+    /// a little before `request_timeout` (the call's bound) whatever the
+    /// broker does, every entry not settled by then failed (see
+    /// [`bulk`]), so the caller learns which entries went through.
+    pub async fn bulk_publish_within(
+        &self,
+        topic: &str,
+        request_metadata: &HashMap<String, String>,
+        entries: Vec<(String, PublishEvent)>,
+        request_timeout: Duration,
+    ) -> Result<Vec<(String, String)>, PubSubOpError> {
+        let answer_by = bulk::answer_by(tokio::time::Instant::now(), request_timeout);
+        self.bulk_publish_by(topic, request_metadata, entries, answer_by)
+            .await
+    }
+
+    /// [`bulk_publish_within`](Self::bulk_publish_within), answering by
+    /// `answer_by` if given.
+    async fn bulk_publish_by(
+        &self,
+        topic: &str,
+        request_metadata: &HashMap<String, String>,
+        entries: Vec<(String, PublishEvent)>,
+        answer_by: Option<tokio::time::Instant>,
     ) -> Result<Vec<(String, String)>, PubSubOpError> {
         if topic.is_empty() {
             return Err(PubSubOpError::TopicEmpty(self.name.clone()));
@@ -340,21 +377,9 @@ impl PubSubOps {
             });
         }
         self.check_entries(request_metadata, &entries)?;
-        let mut failed = Vec::new();
-        for (entry_id, mut event) in entries {
-            if !request_metadata.is_empty() {
-                let own = std::mem::replace(&mut event.metadata, request_metadata.clone());
-                event.metadata.extend(own);
-            }
-            let published = match self.prepare(topic, event) {
-                Ok(request) => self.publish_following(request).await,
-                Err(err) => Err(err),
-            };
-            if let Err(err) = published {
-                failed.push((entry_id, entry_error(&err)));
-            }
-        }
-        Ok(failed)
+        Ok(self
+            .publish_entries(topic, request_metadata, entries, answer_by)
+            .await)
     }
 
     /// Refuses a bulk publish whose entry, enveloped (its own `rawPayload`
@@ -463,3 +488,5 @@ fn entry_error(err: &PubSubOpError) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bulk;

@@ -1,8 +1,10 @@
-//! A bulk publish holds no more than one merged copy of its request's
-//! metadata: every entry is checked in place, then merged, enveloped and
-//! published one at a time. Measured as the process's resident memory
-//! (Linux `/proc/self/status`) when the broker takes the first entry:
-//! merging every entry first held one copy of the metadata per entry.
+//! A bulk publish holds a bounded number of merged copies of its
+//! request's metadata: every entry is checked in place, then merged,
+//! enveloped and published when its publish starts (at most
+//! `BULK_CONCURRENCY`, 16, at once). Measured as the process's resident
+//! memory (Linux `/proc/self/status`) when the broker takes the first
+//! entry: merging every entry first held one copy of the metadata per
+//! entry.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
