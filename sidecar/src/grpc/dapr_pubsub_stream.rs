@@ -29,7 +29,7 @@ use crate::dapr::{
     TopicEvent,
 };
 use crate::ApiState;
-use topic_claims::{TopicClaim, TopicClaims};
+use topic_claims::TopicClaims;
 
 mod topic_claims;
 
@@ -105,12 +105,14 @@ impl TopicStreams {
     }
 }
 
-/// What a stream holds while open, given back when the last holder of its
-/// sink (the delivery) lets go of it: its hold on its pub/sub and topic,
-/// its place among the [`TopicStreams`] and its entry in the sidecar's
-/// metadata.
+/// What a stream holds while its delivery runs, given back when the last
+/// holder of its sink (the delivery, its events still being settled) lets
+/// go of it: its place among the [`TopicStreams`] and its entry in the
+/// sidecar's metadata. Its hold on its pub/sub and topic is not among
+/// them: that is let go of as soon as the stream ends
+/// ([`release_when_ended`](topic_claims::TopicClaim::release_when_ended)),
+/// so the client can subscribe again at once.
 struct StreamPlace {
-    _claim: TopicClaim,
     _place: OwnedSemaphorePermit,
     _listing: StreamListing,
 }
@@ -141,11 +143,17 @@ pub(super) async fn subscribe(
     let initial = initial_request(&mut incoming, &shutdown).await?;
     check_names(&initial)?;
     check_request_metadata(("pubsub", &echoed(&initial.pubsub_name)), &initial.metadata)?;
-    // A second stream to the topic is refused before it takes a place.
-    let claim = streams.claims.claim(&initial.pubsub_name, &initial.topic)?;
+    // A second stream to the topic is refused before it takes a place
+    // (once the one holding it had a moment to be seen ended). Held
+    // until this stream ends.
+    let end = StreamEnd::default();
+    let claiming = streams
+        .claims
+        .claim(&initial.pubsub_name, &initial.topic, &end);
+    let claim = unless_shutting_down(&shutdown, claiming).await?;
     // Taken before the broker subscription is: held by the sink, so
-    // until the delivery has ended and let go of it. So are the claim and
-    // the stream's entry in the sidecar's metadata.
+    // until the delivery has ended and let go of it. So is the stream's
+    // entry in the sidecar's metadata.
     let place = streams.open()?;
     let dead_letter_topic = initial.dead_letter_topic.filter(|t| !t.is_empty());
     let listing = StreamingSubscriptions::of(&state.metrics).open(
@@ -161,8 +169,8 @@ pub(super) async fn subscribe(
             "topic `{}` of pub/sub `{}`",
             initial.topic, initial.pubsub_name
         ),
+        end,
         Some(StreamPlace {
-            _claim: claim,
             _place: place,
             _listing: listing,
         }),
@@ -196,6 +204,7 @@ pub(super) async fn subscribe(
         shutdown.clone(),
     ));
     let outgoing = EndableStream::new(outgoing, &sink.end);
+    tokio::spawn(claim.release_when_ended());
     // The answers are read there, charged as the call's (`decoded`).
     tokio::spawn(super::decoded::carried(read_answers(
         incoming, sink, shutdown,
@@ -342,10 +351,12 @@ async fn end_when_delivery_ends(
     )));
 }
 
-/// Settles events with the client's answers until it leaves. The sidecar
-/// shutting down ends the stream `UNAVAILABLE` (so the client subscribes
-/// again); a second initial request ends it `INVALID_ARGUMENT`, as Dapr's
-/// and Layotto's streamers do.
+/// Settles events with the client's answers until it leaves, or the
+/// stream ends (the server ended it: a client that stopped reading but
+/// stays connected must not keep its place). The sidecar shutting down
+/// ends the stream `UNAVAILABLE` (so the client subscribes again); a
+/// second initial request ends it `INVALID_ARGUMENT`, as Dapr's and
+/// Layotto's streamers do.
 async fn read_answers(
     mut incoming: impl IncomingAnswers,
     sink: Arc<StreamSink>,
@@ -358,6 +369,7 @@ async fn read_answers(
                 break;
             }
             () = sink.out.closed() => break,
+            () = sink.end.closed() => break,
             next = incoming.next() => next,
         };
         let Some(Ok(message)) = next else { break };
@@ -392,7 +404,8 @@ struct StreamSink {
     /// Events sent and not yet answered, by id (an id can be out twice
     /// when the broker redelivers).
     waiting: Mutex<HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>,
-    /// Closed when the client left, ended when the server gave up on it.
+    /// Closed when the client left, ended when the server gave up on it
+    /// (the stream's topic is then free).
     end: StreamEnd,
     /// The client's last take or answer, which outstanding events wait on.
     progress: Progress,
@@ -406,12 +419,13 @@ impl StreamSink {
     fn new(
         out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
         subscription: String,
+        end: StreamEnd,
         place: Option<StreamPlace>,
     ) -> Self {
         Self {
             out,
             waiting: Mutex::new(HashMap::new()),
-            end: StreamEnd::default(),
+            end,
             progress: Progress::new(),
             subscription,
             _place: place,

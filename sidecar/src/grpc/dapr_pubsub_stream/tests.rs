@@ -15,6 +15,7 @@ fn stream(
     let sink = Arc::new(StreamSink::new(
         out,
         "topic `orders` of pub/sub `bus`".into(),
+        StreamEnd::default(),
         None,
     ));
     let outgoing = EndableStream::new(outgoing, &sink.end);
@@ -381,4 +382,48 @@ async fn the_initial_request_is_read_from_the_first_message() {
         (request.pubsub_name.as_str(), request.topic.as_str()),
         ("bus", "orders")
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_the_server_ended_lets_go_of_its_topic_and_place_while_its_client_stays() {
+    let streams = TopicStreams::new(1);
+    let listings = Arc::new(StreamingSubscriptions::default());
+    let end = StreamEnd::default();
+    let claim = bounded(streams.claims.claim("bus", "orders", &end))
+        .await
+        .expect("the topic");
+    let place = StreamPlace {
+        _place: streams.open().expect("a place"),
+        _listing: listings.open("bus", "orders", Default::default(), None),
+    };
+    let (out, outgoing) = mpsc::channel(4);
+    let sink = Arc::new(StreamSink::new(
+        out,
+        "topic `orders` of pub/sub `bus`".into(),
+        end,
+        Some(place),
+    ));
+    // The client stays connected, reading and sending nothing.
+    let _outgoing = EndableStream::new(outgoing, &sink.end);
+    tokio::spawn(claim.release_when_ended());
+    let reading = tokio::spawn(read_answers(
+        incoming(Vec::new()),
+        Arc::clone(&sink),
+        CancellationToken::new(),
+    ));
+    // The server ends the stream (as a stalled client's is).
+    sink.end.end(Status::deadline_exceeded("the client stopped answering"));
+    drop(sink);
+    bounded(reading)
+        .await
+        .expect("the answers' reader stops once the stream ended");
+    assert!(streams.open().is_ok(), "its place is free again");
+    assert!(
+        listings.listed_within(usize::MAX).is_empty(),
+        "no longer listed"
+    );
+    let next = StreamEnd::default();
+    bounded(streams.claims.claim("bus", "orders", &next))
+        .await
+        .expect("its topic is free again");
 }
