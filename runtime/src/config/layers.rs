@@ -169,14 +169,18 @@ pub struct Layers {
 /// candidate that is rejected or rolled back). Other documents of it
 /// skipped are news. Holds a keyed digest of the documents, never the
 /// documents themselves (they may carry secrets inline), for at most
-/// [`SKIPS_REMEMBERED`] components: the oldest is forgotten first (costing
-/// one more warning if it is skipped again). Not part of what the layers
-/// say: any two are equal.
+/// [`SKIPS_REMEMBERED`] components, or as many as one laying skips when it
+/// skips more (the overlay documents bound those): the oldest that the
+/// laying in progress did not skip is forgotten first (costing one more
+/// warning if it is skipped again), never one it skipped (else a laying
+/// skipping more than the bound would forget skips it remembered first,
+/// and warn about all of them again at every laying). Not part of what
+/// the layers say: any two are equal.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SkippedOverlay(Arc<SkipMemory>);
 
-/// At most this many skipped components are remembered (see
-/// [`SkippedOverlay`]).
+/// At most this many skipped components are remembered, but for those the
+/// laying in progress skips (see [`SkippedOverlay`]).
 pub(crate) const SKIPS_REMEMBERED: usize = 1_024;
 
 /// What [`SkippedOverlay`] shares.
@@ -220,16 +224,20 @@ impl SkippedOverlay {
             .collect();
         let mut warned = self.0.warned.lock().unwrap_or_else(|p| p.into_inner());
         let mut news = Vec::new();
-        for (key, digest) in digests {
-            if warned.digests.get(&key) == Some(&digest) {
+        for (key, digest) in &digests {
+            if warned.digests.get(key) == Some(digest) {
                 continue;
             }
             tracing::warn!(
                 component = %key,
                 "Overlay component {key} skipped: nothing below declares it and neither overlay document gives its `type`; give `type` to add it."
             );
-            warned.insert(key.clone(), digest);
-            news.push(key);
+            warned.insert(key.clone(), *digest);
+            news.push(key.clone());
+        }
+        if !news.is_empty() {
+            let skipping: BTreeSet<&ComponentKey> = digests.iter().map(|(key, _)| key).collect();
+            warned.forget_oldest_but(&skipping);
         }
         news
     }
@@ -258,18 +266,35 @@ impl SkippedOverlay {
 }
 
 impl WarnedSkips {
-    /// Remembers `digest` for `key`, forgetting the component remembered
-    /// first when more than [`SKIPS_REMEMBERED`] would be.
+    /// Remembers `digest` for `key` (see [`Self::forget_oldest_but`] for
+    /// the bound).
     fn insert(&mut self, key: ComponentKey, digest: u64) {
         if self.digests.insert(key.clone(), digest).is_none() {
             self.oldest_first.push_back(key);
         }
-        while self.digests.len() > SKIPS_REMEMBERED {
-            let Some(oldest) = self.oldest_first.pop_front() else {
-                break;
-            };
-            self.digests.remove(&oldest);
+    }
+
+    /// Forgets the components remembered first, but for those in
+    /// `skipping` (the laying in progress skips them: forgotten, they
+    /// would be warned about again at its next laying), until at most
+    /// [`SKIPS_REMEMBERED`] are remembered, or only those in `skipping`.
+    fn forget_oldest_but(&mut self, skipping: &BTreeSet<&ComponentKey>) {
+        let mut excess = self.digests.len().saturating_sub(SKIPS_REMEMBERED);
+        if excess == 0 {
+            return;
         }
+        let Self {
+            digests,
+            oldest_first,
+        } = self;
+        oldest_first.retain(|key| {
+            if excess == 0 || skipping.contains(key) {
+                return true;
+            }
+            digests.remove(key);
+            excess -= 1;
+            false
+        });
     }
 }
 
@@ -1130,6 +1155,41 @@ mod tests {
         assert!(
             !format!("{:?}", layers.skipped).contains("inline-value"),
             "the memory holds a document"
+        );
+    }
+
+    /// One overlay skipping more components than the skip memory's bound
+    /// (1,100 untyped components nothing declares): each is warned about
+    /// at the first laying, none again at the next (a status poll lays
+    /// the layers every few seconds). A later laying skipping something
+    /// else brings the memory back within its bound.
+    #[test]
+    fn a_laying_skipping_more_than_the_bound_warns_about_each_skip_once() {
+        let components: Vec<String> = (0..1_100)
+            .map(|i| format!(r#""c{i}": {{"metadata": {{"note": "{i}"}}}}"#))
+            .collect();
+        let text = format!(
+            r#"{{"components": {{"state": {{{}}}}}}}"#,
+            components.join(", ")
+        );
+        let mut layers = Layers::new(file(OVERLAID_EMPTY));
+        layers
+            .apply(LayerChange::Overlay(Some(patch(&text)), None))
+            .unwrap();
+        assert_eq!(layers.laid(false).2.len(), 1_100, "each skip is news");
+        let again = layers.laid(false).2;
+        assert!(again.is_empty(), "{} warned about again", again.len());
+        assert_eq!(layers.skipped.len(), 1_100, "the skips laid are kept");
+
+        let other = r#"{"components": {"state": {"other": {"metadata": {"note": "x"}}}}}"#;
+        layers
+            .apply(LayerChange::Overlay(Some(patch(other)), None))
+            .unwrap();
+        assert_eq!(layers.laid(false).2.len(), 1);
+        assert!(
+            layers.skipped.len() <= SKIPS_REMEMBERED,
+            "{} skips remembered",
+            layers.skipped.len()
         );
     }
 
