@@ -186,9 +186,13 @@ dapr_service! {
     publish_event(pb::PublishEventRequest) -> () = "PublishEvent",
         |_, call, req, _| dapr_pubsub::publish(call, req);
     bulk_publish_event_alpha1(pb::BulkPublishRequest) -> pb::BulkPublishResponse
-        = "BulkPublishEventAlpha1", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
+        = "BulkPublishEventAlpha1", |api, call, req, _| {
+            dapr_pubsub::bulk_publish(call, req, api.state.options.request_timeout)
+        };
     bulk_publish_event(pb::BulkPublishRequest) -> pb::BulkPublishResponse
-        = "BulkPublishEvent", |_, call, req, _| dapr_pubsub::bulk_publish(call, req);
+        = "BulkPublishEvent", |api, call, req, _| {
+            dapr_pubsub::bulk_publish(call, req, api.state.options.request_timeout)
+        };
     get_metadata(pb::GetMetadataRequest) -> pb::GetMetadataResponse = "GetMetadata",
         |api, call, _, _| {
             let answer = dapr_metadata::get(&call, &api.state, &api.extended_metadata());

@@ -209,7 +209,7 @@ pub async fn bulk_publish(
         }
     }
     let failed = pubsub
-        .bulk_publish(&topic, &metadata, events)
+        .bulk_publish_within(&topic, &metadata, events, state.options.request_timeout)
         .await
         .map_err(to_response)?;
     if failed.is_empty() {
