@@ -290,7 +290,12 @@ async fn poll_overlay(
 /// invalid one as rejected (once per distinct error and generation: not
 /// again when the start or a previous read already did). A read made by a
 /// `round` cancelled meanwhile is dropped: the newer round's read may
-/// already be sent, and an older one sent after it would win. False when
+/// already be sent, and an older one sent after it would win. So is one
+/// made for an app id or overlay the watch plan no longer gives (a commit
+/// changed it, and this round is about to be cancelled): the layers would
+/// ignore it, and noted as tried against the new generation it would hold
+/// back the new round's read of the same documents (an app document
+/// copied for the renamed app), leaving them out of force. False when
 /// the store did not answer or failed (to be read again).
 async fn overlay_changed(
     cx: &TriggerContext,
@@ -304,10 +309,20 @@ async fn overlay_changed(
     if round.is_cancelled() {
         return answered;
     }
-    let (generation, in_force) = {
+    let (generation, in_force, for_the_plan) = {
         let plan = cx.plan.borrow();
-        (plan.generation, plan.overlay_in_force.clone())
+        let for_the_plan = plan.app_id == app_id && plan.overlay.as_ref() == Some(spec);
+        (plan.generation, plan.overlay_in_force.clone(), for_the_plan)
     };
+    if !for_the_plan {
+        tracing::debug!(
+            read_for = %app_id,
+            store = %spec.store,
+            key = %spec.key,
+            "Overlay read dropped: made for an app id or overlay the configuration no longer gives (the new watch reads for itself)."
+        );
+        return answered;
+    }
     match read {
         Ok(documents) => {
             cx.overlay_tried.read();
@@ -335,7 +350,7 @@ mod tests {
     use std::sync::Arc;
 
     use async_trait::async_trait;
-    use tokio::sync::Notify;
+    use tokio::sync::{watch, Notify};
 
     use super::super::store_calls::MIN_STORE_CALL;
     use super::*;
@@ -344,6 +359,7 @@ mod tests {
     use crate::handle::{Generation, Instance, Live};
     use crate::kinds::{ConfigError, ConfigItem, ConfigStore, ConfigSubscription, SubscriptionHub};
     use crate::reload::queue::{QueueReceiver, Queued};
+    use crate::running::WatchPlan;
 
     fn documents(ttl: u32) -> OverlayDocuments {
         let text =
@@ -351,11 +367,14 @@ mod tests {
         (parse_patch(text.as_bytes()).ok(), None)
     }
 
-    /// A config store holding the overlay's common key; its next get, once
-    /// told so, reads the value, then waits to be released, or fails.
+    /// A config store holding the overlay's common key (and `others`);
+    /// its next get, once told so, reads the value, then waits to be
+    /// released, or fails.
     #[derive(Default)]
     struct GatedStore {
         value: Mutex<String>,
+        /// Other keys' items, answered by every get after the common key's.
+        others: Mutex<Vec<ConfigItem>>,
         hold_next: AtomicBool,
         fail_next: AtomicBool,
         /// `subscribe` is refused (a store that cannot notify).
@@ -391,11 +410,13 @@ mod tests {
                 self.held.notify_one();
                 self.release.notified().await;
             }
-            Ok(vec![ConfigItem {
+            let common = ConfigItem {
                 key: "rewire.components".into(),
                 value,
                 ..ConfigItem::default()
-            }])
+            };
+            let others = self.others.lock().unwrap_or_else(|p| p.into_inner());
+            Ok([common].into_iter().chain(others.iter().cloned()).collect())
         }
 
         async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
@@ -414,16 +435,26 @@ mod tests {
     /// read from the overlay at `rewire.components` of `cfg` (as
     /// [`overlay_of`] names it) for the app `shop`.
     async fn next_sent(queued: &mut QueueReceiver) -> OverlayDocuments {
+        next_sent_for(queued, "rewire.components", "shop").await
+    }
+
+    /// [`next_sent`], read from the key `from_key` of `cfg` for the app
+    /// `read_for`.
+    async fn next_sent_for(
+        queued: &mut QueueReceiver,
+        from_key: &str,
+        read_for: &str,
+    ) -> OverlayDocuments {
         let next = tokio::time::timeout(Duration::from_secs(60), queued.recv()).await;
         match next {
             Ok(Some(Queued::Reload(request))) => match request.changes.as_slice() {
                 [LayerChange::Overlay(common, Some(OverlayRead { from, app_id, app }))] => {
                     assert_eq!(
                         (from.store.as_str(), from.key.as_str()),
-                        ("cfg", "rewire.components"),
+                        ("cfg", from_key),
                         "the overlay read from"
                     );
-                    assert_eq!(app_id, "shop", "the app id read for");
+                    assert_eq!(app_id, read_for, "the app id read for");
                     (common.clone(), app.clone())
                 }
                 other => panic!("not an overlay change naming its overlay: {other:?}"),
@@ -432,9 +463,26 @@ mod tests {
         }
     }
 
+    /// A watch plan of `generation` for `app_id`, naming the overlay
+    /// `spec` (none of its documents in force); it never changes.
+    fn plan_of(
+        generation: u64,
+        app_id: &str,
+        spec: &OverlaySpec,
+    ) -> watch::Receiver<Arc<WatchPlan>> {
+        let plan = WatchPlan {
+            generation,
+            app_id: app_id.into(),
+            overlay: Some(spec.clone()),
+            overlay_in_force: (None, None),
+            refs: Vec::new(),
+        };
+        watch::channel(Arc::new(plan)).1
+    }
+
     /// What an overlay watch of `store` (as `cfg`, holding D1) is given,
-    /// with the reload queue it sends to (generation 1 runs without the
-    /// overlay).
+    /// with the reload queue it sends to (generation 1 of `shop` names
+    /// the overlay, none of its documents in force).
     fn overlay_of(store: &Arc<GatedStore>) -> (TriggerContext, QueueReceiver, OverlaySpec) {
         *store.value.lock().unwrap_or_else(|p| p.into_inner()) = text(1);
         let live = Live::new();
@@ -444,12 +492,77 @@ mod tests {
             1,
             BTreeMap::from([(key, Instance::ConfigStore(instance))]),
         ));
-        let (cx, queued) = TriggerContext::for_tests(live, "shop");
+        let (mut cx, queued) = TriggerContext::for_tests(live, "shop");
         let spec = OverlaySpec {
             store: "cfg".into(),
             key: "rewire.components".into(),
         };
+        cx.plan = plan_of(1, "shop", &spec);
         (cx, queued, spec)
+    }
+
+    /// The file changes the app id from shop to shop2 (generation 2), and
+    /// the app document D is copied to `<key>.shop2`: the old watch's read
+    /// for shop, finishing once generation 2 is out, does not count as
+    /// tried against it, so the shop2 watch's read of the same documents
+    /// is sent (not held back until another commit).
+    #[tokio::test(start_paused = true)]
+    async fn a_read_for_the_replaced_app_id_does_not_hold_back_the_new_app_ids() {
+        let store = Arc::new(GatedStore::default());
+        let (mut cx, mut queued, spec) = overlay_of(&store);
+        let app = r#"{"components": {"state": {"s": {"metadata": {"app": "d"}}}}}"#;
+        *store.others.lock().unwrap_or_else(|p| p.into_inner()) = ["shop", "shop2"]
+            .map(|app_id| ConfigItem {
+                key: format!("rewire.components.{app_id}"),
+                value: app.into(),
+                ..ConfigItem::default()
+            })
+            .to_vec();
+        cx.plan = plan_of(2, "shop2", &spec);
+        // The old watch's last read, for shop, before its round is
+        // cancelled (the layers ignore it if sent: another app's).
+        let old_round = CancellationToken::new();
+        overlay_changed(&cx, &spec, "shop", &old_round).await;
+        old_round.cancel();
+        while queued.try_recv().is_ok() {}
+
+        let round = CancellationToken::new();
+        let watch = tokio::spawn(watch_overlay(cx, spec, "shop2".into(), round.clone()));
+        let read = (documents(1).0, parse_patch(app.as_bytes()).ok());
+        let sent = next_sent_for(&mut queued, "rewire.components", "shop2").await;
+        assert_eq!(sent, read);
+        round.cancel();
+        let _ = watch.await;
+    }
+
+    /// The same when the file moves the overlay to another key holding
+    /// the same documents: the old key's late read does not hold back the
+    /// new key's.
+    #[tokio::test(start_paused = true)]
+    async fn a_read_of_the_key_moved_away_from_does_not_hold_back_the_new_keys() {
+        let store = Arc::new(GatedStore::default());
+        let (mut cx, mut queued, old) = overlay_of(&store);
+        *store.others.lock().unwrap_or_else(|p| p.into_inner()) = vec![ConfigItem {
+            key: "rewire.moved".into(),
+            value: text(1),
+            ..ConfigItem::default()
+        }];
+        let moved = OverlaySpec {
+            key: "rewire.moved".into(),
+            ..old.clone()
+        };
+        cx.plan = plan_of(2, "shop", &moved);
+        let old_round = CancellationToken::new();
+        overlay_changed(&cx, &old, "shop", &old_round).await;
+        old_round.cancel();
+        while queued.try_recv().is_ok() {}
+
+        let round = CancellationToken::new();
+        let watch = tokio::spawn(watch_overlay(cx, moved, "shop".into(), round.clone()));
+        let sent = next_sent_for(&mut queued, "rewire.moved", "shop").await;
+        assert_eq!(sent, documents(1));
+        round.cancel();
+        let _ = watch.await;
     }
 
     #[tokio::test(start_paused = true)]
