@@ -1,10 +1,12 @@
 //! The marked components a reload forces (their running entry is not what
 //! their declaration says: see [`Marks`]), best effort: one that neither
-//! the request nor the change names and whose retry fails is kept as it
-//! runs, and the reload goes on without it (a note on its record says
-//! so), as a component outside the change is kept: a failure of a store
-//! unrelated to the change does not roll the reload back. Its mark stays,
-//! the failed retry counted; once
+//! the request nor the change reaches (named, or a dependent of what is
+//! named) and whose retry fails is kept as it runs, and the reload goes on
+//! without it (a note on its record says so), as a component outside the
+//! change is kept: a failure of a store unrelated to the change does not
+//! roll the reload back; its dependents in the reload only on its account
+//! are kept as they run too (see [`Plan::kept_with_best_effort_roots`]).
+//! Its mark stays, the failed retry counted; once
 //! [`FORCED_RETRIES`](crate::running::FORCED_RETRIES) retries failed in a
 //! row, only a reload that names it tries again.
 
@@ -15,25 +17,27 @@ use super::actions::Action;
 use super::transaction::{Plan, Progress, Step};
 use crate::assemble::{ComponentFailure, FailedStep};
 use crate::component::ComponentKey;
-use crate::config::ConfigDiff;
+use crate::config::{ConfigDiff, DependencyGraph};
 use crate::running::{Mark, Marks, Running};
 
 /// What a reload forces: the components `requested` (by the request),
 /// and the marked ones whose mark still forces them; returned with those
-/// of them forced on their mark's account alone (neither `requested` nor
-/// named by `diff`), whose retry is best effort.
+/// of them forced on their mark's account alone, whose retry is best
+/// effort: neither `requested` nor named by `diff`, nor a dependent (in
+/// the candidate's `graph`) of one of those: a marked component that reads
+/// a changed store is reached by the change, and fails it as an unmarked
+/// one would.
 pub(super) fn forced(
     marks: &Marks,
     requested: &BTreeSet<ComponentKey>,
     diff: &ConfigDiff,
+    graph: &DependencyGraph,
 ) -> (BTreeSet<ComponentKey>, BTreeSet<ComponentKey>) {
-    let named = diff.touched();
+    let mut named = diff.touched();
+    named.extend(requested.iter().cloned());
+    let reached = graph.with_dependents(&named);
     let by_mark = marks.forcing();
-    let best_effort = by_mark
-        .iter()
-        .filter(|key| !requested.contains(*key) && !named.contains(*key))
-        .cloned()
-        .collect();
+    let best_effort = by_mark.difference(&reached).cloned().collect();
     let mut forced = by_mark;
     forced.extend(requested.iter().cloned());
     (forced, best_effort)
@@ -69,10 +73,9 @@ impl Plan<'_> {
             if let Some(spec) = self.candidate.config.components.get(&key) {
                 running.spec = Arc::clone(spec);
             }
-            tracing::warn!(component = %key, error = %failure, "Retrying a component not as declared failed; it is kept as it runs.");
-            progress
-                .notes
-                .push(retry_failed_note(&failure, mark.failed_again()));
+            // Logged at the commit only: the reload may still roll back.
+            let failure = failure.to_string();
+            progress.notes.push(FailedRetry { failure, mark });
             progress.marks_left.failed.insert(key.clone());
             progress.actions.insert(key.clone(), Action::Unchanged);
             progress.next.insert(key.clone(), Arc::new(running.clone()));
@@ -85,6 +88,50 @@ impl Plan<'_> {
         others
     }
 
+    /// The components of `impact` in this reload only as dependents of
+    /// best-effort roots (see [`forced`]): not reached from the other
+    /// `roots`, and not best effort themselves.
+    pub(super) fn behind_best_effort_roots(
+        &self,
+        roots: &BTreeSet<ComponentKey>,
+        impact: &BTreeSet<ComponentKey>,
+    ) -> BTreeSet<ComponentKey> {
+        let reached = roots.difference(&self.best_effort).cloned().collect();
+        let reached = self.candidate.graph.with_dependents(&reached);
+        impact
+            .difference(&reached)
+            .filter(|key| !self.best_effort.contains(*key))
+            .cloned()
+            .collect()
+    }
+
+    /// The components of `level` (of those `behind` best-effort roots) to
+    /// keep as they run, their refs not resolved again: none of what they
+    /// use in this reload took a change (each was kept as it runs, a
+    /// best-effort root's failed retry included), so reading again could
+    /// only fail on the outage that failed that retry (a user reading a
+    /// marked store whose backend is down), rolling back a reload that
+    /// does not reach them.
+    pub(super) fn kept_with_best_effort_roots(
+        &self,
+        level: &[ComponentKey],
+        behind: &BTreeSet<ComponentKey>,
+        progress: &Progress,
+    ) -> BTreeSet<ComponentKey> {
+        let graph = &self.candidate.graph;
+        let unchanged = |key: &ComponentKey| match progress.actions.get(key) {
+            Some(action) => *action == Action::Unchanged,
+            // Outside the reload: kept.
+            None => true,
+        };
+        level
+            .iter()
+            .filter(|key| behind.contains(*key) && self.current.get(key).is_some())
+            .filter(|key| graph.dependencies(key).iter().all(unchanged))
+            .cloned()
+            .collect()
+    }
+
     /// The marked components of `kept` (kept as they run, not resolved
     /// again): their marks stay.
     pub(super) fn marked_among(&self, kept: &BTreeSet<ComponentKey>) -> BTreeSet<ComponentKey> {
@@ -95,11 +142,31 @@ impl Plan<'_> {
     }
 }
 
-/// The note a reload's record keeps of a marked component whose retry
-/// (`failure`) failed, leaving its mark `after`.
-fn retry_failed_note(failure: &ComponentFailure, after: Mark) -> String {
-    let retried = after.retried();
-    format!(
-        "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it is kept as it runs and the reload goes on without it; {retried}"
-    )
+/// A marked component's retry that failed and was kept as it runs (see
+/// [`Plan::keep_failed_retries`]): a note for the reload's record.
+pub(super) struct FailedRetry {
+    /// The failure, as the record says it.
+    failure: String,
+    /// The component's mark before this retry.
+    mark: Mark,
+}
+
+impl FailedRetry {
+    /// The note of a reload that commits: the component is kept as it
+    /// runs, its mark counting one more failed retry.
+    pub(super) fn committed(&self) -> String {
+        let (failure, retried) = (&self.failure, self.mark.failed_again().retried());
+        format!(
+            "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it is kept as it runs and the reload goes on without it; {retried}"
+        )
+    }
+
+    /// The note of a reload that rolls back for another failure: the
+    /// component runs as before, its mark unchanged.
+    pub(super) fn rolled_back(&self) -> String {
+        let (failure, retried) = (&self.failure, self.mark.retried());
+        format!(
+            "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it runs as before, and as the reload rolled back for another failure this retry is not counted; {retried}"
+        )
+    }
 }

@@ -210,7 +210,8 @@ impl Reloader {
         let abandoned = Arc::clone(&cx.abandoned_closes);
         let generation = snapshot.generation;
         let marks = snapshot.not_as_declared;
-        let (forced, best_effort) = super::marked::forced(&marks, &request.forced, &diff);
+        let graph = &candidate.graph;
+        let (forced, best_effort) = super::marked::forced(&marks, &request.forced, &diff, graph);
         let plan = transaction::Plan {
             current: snapshot.components,
             old: snapshot.config,
@@ -233,7 +234,7 @@ impl Reloader {
                 generation,
                 actions: failed.actions,
                 serving: failed.serving,
-                error: Some(failure_lines(&failed.failures)),
+                error: Some(with_notes(failure_lines(&failed.failures), &failed.notes)),
             };
             // Not a rejection of the change: the runtime is going away.
             let error = match cut {
@@ -262,6 +263,7 @@ impl Reloader {
         let changed =
             sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
+        let notes = prepared.notes;
         let serving = prepared.components.key_set();
         let components = Arc::new(prepared.components);
         let committed = self.running.commit(Commit {
@@ -281,6 +283,10 @@ impl Reloader {
                 serving,
             }));
         };
+        for note in &notes {
+            // Only once committed: a reload that rolls back did not go on.
+            tracing::warn!(note = %note, "Retrying a component not as declared failed; it is kept as it runs and the reload goes on without it.");
+        }
         let unapplied = in_place::apply_deferred(prepared.deferred);
         let put_back = (!unapplied.is_empty()).then(|| PutBack {
             unapplied,
@@ -304,10 +310,19 @@ impl Reloader {
             generation,
             actions: prepared.actions,
             serving,
-            error: prepared.notes,
+            error: (!notes.is_empty()).then(|| notes.join("\n")),
         };
         Ok((ending, put_back))
     }
+}
+
+/// A rolled-back reload's `error` lines, with the `notes` of the marked
+/// components whose retry failed too, one line each.
+fn with_notes(error: String, notes: &[String]) -> String {
+    std::iter::once(error)
+        .chain(notes.iter().cloned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A prepared generation a shutdown cut short before its commit: what

@@ -11,6 +11,7 @@ use tracing::{Instrument, Span};
 
 use super::actions::Action;
 use super::in_place::{self, Answer};
+use super::marked::FailedRetry;
 use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
@@ -111,7 +112,7 @@ pub(crate) struct Prepared {
     pub(crate) marks_left: MarksLeft,
     /// Notes for the record (one line each) of what it left undone
     /// without failing: a marked component's retry that failed.
-    pub(crate) notes: Option<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// What undoes a prepared generation that is not committed after all (a
@@ -149,6 +150,10 @@ pub(crate) struct Failed {
     pub(crate) actions: BTreeMap<ComponentKey, Action>,
     /// What would have served: those `actions` does not name were kept.
     pub(crate) serving: OrdSet<ComponentKey>,
+    /// Notes for the record (one line each) of the marked components whose
+    /// retry failed too before the reload rolled back (their marks stay
+    /// as they were).
+    pub(crate) notes: Vec<String>,
 }
 
 /// What a transaction goes from and to.
@@ -163,9 +168,10 @@ pub(crate) struct Plan<'a> {
     pub(crate) diff: ConfigDiff,
     /// Components to re-resolve although their declaration did not change.
     pub(crate) forced: BTreeSet<ComponentKey>,
-    /// Those of `forced` forced by their mark alone: when one fails, it is
-    /// kept as it runs instead of failing the transaction (see
-    /// [`super::marked`]).
+    /// Those of `forced` forced by their mark alone, which neither the
+    /// request nor the change reaches: when one fails, it is kept as it
+    /// runs instead of failing the transaction, and so are its dependents
+    /// in the reload only on its account (see [`super::marked`]).
     pub(crate) best_effort: BTreeSet<ComponentKey>,
     /// The running set's marks (components not as declared).
     pub(crate) marks: Marks,
@@ -179,8 +185,10 @@ pub(super) struct Progress {
     pub(super) done: Vec<Step>,
     /// The marked components left as they ran.
     pub(super) marks_left: MarksLeft,
-    /// Notes for the record, one line each.
-    pub(super) notes: Vec<String>,
+    /// The marked components' retries that failed and were kept as they
+    /// run: notes for the record, worded once the reload commits or rolls
+    /// back.
+    pub(super) notes: Vec<FailedRetry>,
 }
 
 impl Plan<'_> {
@@ -203,8 +211,18 @@ impl Plan<'_> {
         let kept = self.kept_as_they_run(&impact);
         let mut progress = self.keep_unimpacted(&impact);
         progress.marks_left.unresolved = self.marked_among(&kept);
+        let behind_best_effort = self.behind_best_effort_roots(&roots, &impact);
         let levels = self.candidate.graph.levels_within(&impact);
         for level in &levels {
+            let behind = self.kept_with_best_effort_roots(level, &behind_best_effort, &progress);
+            let kept = match behind.is_empty() {
+                true => std::borrow::Cow::Borrowed(&kept),
+                false => {
+                    let marked = self.marked_among(&behind);
+                    progress.marks_left.unresolved.extend(marked);
+                    std::borrow::Cow::Owned(kept.union(&behind).cloned().collect())
+                }
+            };
             let failures = self
                 .run_level(level, &now, &kept, &mut progress, registry, cx)
                 .await;
@@ -236,10 +254,12 @@ impl Plan<'_> {
         }
         undo(progress.done, levels, cx).await;
         let serving = progress.next.key_set();
+        let notes = progress.notes.iter().map(FailedRetry::rolled_back);
         Failed {
             failures,
             actions,
             serving,
+            notes: notes.collect(),
         }
     }
 
@@ -456,7 +476,7 @@ impl Plan<'_> {
                 cx: cx.clone(),
             },
             marks_left,
-            notes: (!notes.is_empty()).then(|| notes.join("\n")),
+            notes: notes.iter().map(FailedRetry::committed).collect(),
         }
     }
 }

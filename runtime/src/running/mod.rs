@@ -27,9 +27,9 @@ use crate::registry::Registry;
 
 pub(crate) use components::Components;
 pub(crate) use layers::RunningLayers;
-pub(crate) use marks::{Mark, Marks, MarksLeft};
 #[cfg(test)]
 pub(crate) use marks::FORCED_RETRIES;
+pub(crate) use marks::{Mark, Marks, MarksLeft};
 pub(crate) use start::{NotStarted, CANCELLED_START_UNWIND};
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};
@@ -160,6 +160,16 @@ impl RunningSet {
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the running `key` not as declared (as a put-back that kept
+    /// the new refs with the previous values does), for tests of what a
+    /// reload does with a marked component of any kind.
+    #[cfg(test)]
+    pub(crate) fn mark_not_as_declared(&self, key: &ComponentKey) {
+        self.state()
+            .not_as_declared
+            .insert(key.clone(), Mark::default());
     }
 
     /// Where generations are published.

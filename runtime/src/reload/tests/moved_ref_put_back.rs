@@ -9,7 +9,7 @@
 //! retries in a row only a reload that names it tries again.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::staged_panic::{reload, Staging};
 use super::*;
@@ -170,29 +170,36 @@ async fn a_marked_component_whose_update_panics_again_stays_marked() {
     reloader.shutdown(None).await;
 }
 
-/// While set, `secret_store` type `flaky` ([`Flaky`]) answers no secret.
-static FLAKY_DOWN: AtomicBool = AtomicBool::new(false);
+/// The backends down: a `secret_store` of type `flaky` ([`Flaky`]) whose
+/// `backend` is one of them answers no secret. One name per test: tests
+/// run at once.
+static FLAKY_DOWN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
-/// Sets [`FLAKY_DOWN`] while held.
-struct FlakyDown;
+/// Takes one backend of [`FLAKY_DOWN`] down while held.
+struct FlakyDown(&'static str);
 
 impl FlakyDown {
-    fn start() -> Self {
-        FLAKY_DOWN.store(true, Ordering::SeqCst);
-        Self
+    fn start(backend: &'static str) -> Self {
+        FLAKY_DOWN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(backend.to_string());
+        Self(backend)
     }
 }
 
 impl Drop for FlakyDown {
     fn drop(&mut self) {
-        FLAKY_DOWN.store(false, Ordering::SeqCst);
+        let mut down = FLAKY_DOWN.lock().unwrap_or_else(|p| p.into_inner());
+        down.remove(self.0);
     }
 }
 
 /// A secret store whose secret `cert` is its metadata's `value`, but
-/// that answers an error while [`FLAKY_DOWN`] is set (its backend down).
+/// that answers an error while its `backend` is down ([`FLAKY_DOWN`]).
 struct Flaky {
     value: String,
+    backend: String,
 }
 
 #[async_trait]
@@ -205,7 +212,8 @@ impl SecretStore for Flaky {
         name: &str,
         _: &std::collections::HashMap<String, String>,
     ) -> Result<SecretMap, SecretError> {
-        if FLAKY_DOWN.load(Ordering::SeqCst) {
+        let down = FLAKY_DOWN.lock().unwrap_or_else(|p| p.into_inner());
+        if down.contains(&self.backend) {
             return Err(SecretError::Backend("flaky backend unreachable".into()));
         }
         let value = SecretString::new(self.value.clone());
@@ -241,7 +249,9 @@ fn flaky_registry() -> Registry {
         build: |m| {
             let value = m.get("value").and_then(Value::as_str).unwrap_or_default();
             let value = value.to_string();
-            Ok(Box::new(Flaky { value }))
+            let backend = m.get("backend").and_then(Value::as_str).unwrap_or_default();
+            let backend = backend.to_string();
+            Ok(Box::new(Flaky { value, backend }))
         },
         check_refs: None,
         in_place: None,
@@ -249,15 +259,23 @@ fn flaky_registry() -> Registry {
     registry
 }
 
-/// [`moved_ref_config`] with `secret_store/vault2` of type `flaky`, and
-/// `custom/other` (type `user`, rebuilt by a change), its metadata inline
-/// (`note`), reading no store.
-fn with_flaky_vault2_and_other(store: &str, with_old: bool, note: u64) -> Config {
+/// [`moved_ref_config`] with `secret_store/vault2` of type `flaky` (its
+/// backend `backend`), and `custom/other` (type `user`, rebuilt by a
+/// change), its metadata inline (`note`), reading no store.
+fn with_flaky_vault2_and_other(store: &str, with_old: bool, note: u64, backend: &str) -> Config {
+    let text = flaky_vault2_and_other_declared(store, with_old, note, backend);
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// [`with_flaky_vault2_and_other`]'s declaration, as JSON.
+fn flaky_vault2_and_other_declared(store: &str, with_old: bool, note: u64, backend: &str) -> Value {
     let mut text = moved_ref_declared(store, with_old, false);
     let components = &mut text["components"];
-    components["secret_store"]["vault2"]["type"] = "flaky".into();
+    let vault2 = &mut components["secret_store"]["vault2"];
+    vault2["type"] = "flaky".into();
+    vault2["metadata"]["backend"] = backend.into();
     components["custom"]["other"] = serde_json::json!({"type": "user", "metadata": {"note": note}});
-    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+    text
 }
 
 /// `custom/s` is marked (its ref moved to `vault2`, `vault` removed, the
@@ -272,10 +290,10 @@ async fn an_outage_of_a_marked_components_store_does_not_roll_an_unrelated_reloa
     use super::secret_rotation::reloader_of;
     let _default = tracing::subscriber::set_default(Capture::default());
     let redactor = Redactor::default();
-    let start = with_flaky_vault2_and_other("vault", true, 1);
+    let start = with_flaky_vault2_and_other("vault", true, 1, "unrelated");
     let reloader = reloader_of(start, flaky_registry(), &redactor).await;
     let candidate = |note| {
-        let config = with_flaky_vault2_and_other("vault2", false, note);
+        let config = with_flaky_vault2_and_other("vault2", false, note, "unrelated");
         ReloadRequest::new(config, Trigger::Api)
     };
     let key = crate::ComponentKey::new("custom", "s");
@@ -284,7 +302,7 @@ async fn an_outage_of_a_marked_components_store_does_not_roll_an_unrelated_reloa
     assert_eq!(record.actions.get("custom/s"), Some(&Action::Failed));
     assert_eq!(marks(&reloader), (marked.clone(), Some(0)));
 
-    let down = FlakyDown::start();
+    let down = FlakyDown::start("unrelated");
     let record = reloader.reload(candidate(2)).await;
     let record = record.unwrap_or_else(|e| panic!("rolled back: {e}"));
     assert_eq!(record.outcome, Outcome::Applied, "{:?}", record.error);
@@ -383,5 +401,150 @@ async fn a_marked_component_whose_retries_keep_failing_is_retried_only_when_name
     assert_eq!(action, Some(&Action::Failed), "{:?}", record.actions);
     assert_eq!(served(&reloader).applies(), applies + 1);
     assert_eq!(marks(&reloader).0, marked);
+    reloader.shutdown(None).await;
+}
+
+/// `secret_store/flaky` (type `flaky`, its backend `marked-store`);
+/// `custom/user` (type `user`) reads its `cert` by secretRef;
+/// `custom/other` (type `user`) reads no store, its metadata `note`.
+fn marked_store_config(note: u64) -> Config {
+    let flaky = serde_json::json!({"type": "flaky",
+        "metadata": {"value": NEW_PASSWORD, "backend": "marked-store"}});
+    let cert = serde_json::json!({"store": "flaky", "name": "cert", "key": "cert", "injectAs": "password"});
+    let text = serde_json::json!({"components": {
+        "secret_store": {"flaky": flaky},
+        "custom": {
+            "user": {"type": "user", "secretRef": [cert]},
+            "other": {"type": "user", "metadata": {"note": note}},
+        },
+    }});
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A marked store forced by its mark alone (best effort) brings its users
+/// into the reload only on its account: once it is kept as it runs, they
+/// are kept as they run too, not resolved again through it, so its
+/// backend's outage does not roll back a change that reaches neither.
+#[tokio::test]
+async fn a_user_of_a_marked_store_whose_backend_is_down_does_not_roll_an_unrelated_reload_back() {
+    use super::secret_rotation::reloader_of;
+    let _default = tracing::subscriber::set_default(Capture::default());
+    let redactor = Redactor::default();
+    let reloader = reloader_of(marked_store_config(1), flaky_registry(), &redactor).await;
+    let store = crate::ComponentKey::new("secret_store", "flaky");
+    reloader.running().mark_not_as_declared(&store);
+
+    let _down = FlakyDown::start("marked-store");
+    let request = ReloadRequest::new(marked_store_config(2), Trigger::Api);
+    let record = reloader.reload(request).await;
+    let record = record.unwrap_or_else(|e| panic!("rolled back: {e}"));
+    assert_eq!(record.outcome, Outcome::Applied, "{:?}", record.error);
+    let action = |key: &str| record.actions.get(key).copied();
+    assert_eq!(action("custom/other"), Some(Action::Rebuilt), "{record:?}");
+    assert_eq!(action("secret_store/flaky"), Some(Action::Unchanged));
+    assert_eq!(action("custom/user"), Some(Action::Unchanged));
+    assert_eq!(record.error, None);
+    reloader.shutdown(None).await;
+}
+
+/// The rolled-back record of `reloader` (its only one).
+fn rolled_back(reloader: &Reloader) -> crate::reload::ReloadRecord {
+    let history = reloader.history().into_iter();
+    let mut rolled_back = history.filter(|r| r.outcome == Outcome::RolledBack);
+    rolled_back.next().expect("a reload rolled back")
+}
+
+/// A marked component that reads a store the change names is reached by
+/// the change (not best effort): when it cannot resolve, the reload rolls
+/// back as it would without the mark, instead of applying with it on
+/// stale values.
+#[tokio::test]
+async fn a_marked_component_reading_a_changed_store_that_fails_rolls_the_reload_back() {
+    use super::secret_rotation::reloader_of;
+    let _default = tracing::subscriber::set_default(Capture::default());
+    let redactor = Redactor::default();
+    let start = with_flaky_vault2_and_other("vault", true, 1, "reached");
+    let reloader = reloader_of(start, flaky_registry(), &redactor).await;
+    let marked = BTreeSet::from([crate::ComponentKey::new("custom", "s")]);
+    let moved = with_flaky_vault2_and_other("vault2", false, 1, "reached");
+    let record = reload(&reloader, ReloadRequest::new(moved, Trigger::Api)).await;
+    assert_eq!(record.actions.get("custom/s"), Some(&Action::Failed));
+    assert_eq!(marks(&reloader), (marked.clone(), Some(0)));
+
+    let _down = FlakyDown::start("reached");
+    let mut changed = flaky_vault2_and_other_declared("vault2", false, 1, "reached");
+    changed["components"]["secret_store"]["vault2"]["metadata"]["rev"] = 2.into();
+    let changed = parse(changed.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let result = reloader
+        .reload(ReloadRequest::new(changed, Trigger::Api))
+        .await;
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    let failed: Vec<String> = failures
+        .iter()
+        .filter_map(|f| f.component.as_ref().map(ToString::to_string))
+        .collect();
+    assert_eq!(failed, ["custom/s"], "{failures:?}");
+    let record = rolled_back(&reloader);
+    let action = record.actions.get("custom/s");
+    assert_eq!(action, Some(&Action::Failed), "{:?}", record.actions);
+    assert_eq!(marks(&reloader), (marked, Some(0)));
+    assert_eq!(served_password(&reloader).as_deref(), Some(OLD_PASSWORD));
+    reloader.shutdown(None).await;
+}
+
+/// A marked component's best-effort retry fails while a component the
+/// change names fails too: the reload rolls back, its record names the
+/// marked component (its retry not counted, its mark as it was), and no
+/// log says the reload went on without it.
+#[tokio::test]
+async fn a_failed_best_effort_retry_in_a_reload_that_rolls_back_is_in_its_record_not_in_a_warning()
+{
+    use super::secret_rotation::reloader_of;
+    let logged = crate::logged::Logged::default();
+    let _default = tracing::subscriber::set_default(logged.clone());
+    let redactor = Redactor::default();
+    let start = with_flaky_vault2_and_other("vault", true, 1, "sibling");
+    let reloader = reloader_of(start, flaky_registry(), &redactor).await;
+    let marked = BTreeSet::from([crate::ComponentKey::new("custom", "s")]);
+    let moved = with_flaky_vault2_and_other("vault2", false, 1, "sibling");
+    let record = reload(&reloader, ReloadRequest::new(moved, Trigger::Api)).await;
+    assert_eq!(record.actions.get("custom/s"), Some(&Action::Failed));
+
+    let _down = FlakyDown::start("sibling");
+    // `custom/other`, named by the change, now reads `vault2` too.
+    let mut sibling = flaky_vault2_and_other_declared("vault2", false, 2, "sibling");
+    sibling["components"]["custom"]["other"]["secretRef"] = serde_json::json!([
+        {"store": "vault2", "name": "cert", "key": "cert", "injectAs": "password"}
+    ]);
+    let sibling = parse(sibling.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let result = reloader
+        .reload(ReloadRequest::new(sibling, Trigger::Api))
+        .await;
+    let Err(ReloadError::RolledBack(failures)) = result else {
+        panic!("the reload should roll back, got {result:?}");
+    };
+    let failed: Vec<String> = failures
+        .iter()
+        .filter_map(|f| f.component.as_ref().map(ToString::to_string))
+        .collect();
+    assert_eq!(failed, ["custom/other"], "{failures:?}");
+    let record = rolled_back(&reloader);
+    let error = record.error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("custom/other: "), "{error}");
+    assert!(
+        error.contains("\ncustom/s: resolving references failed"),
+        "{error}"
+    );
+    assert!(error.contains("this retry is not counted"), "{error}");
+    assert!(!error.contains("goes on without it"), "{error}");
+    assert_eq!(marks(&reloader), (marked, Some(0)));
+    let text = logged.text();
+    assert!(!text.contains("goes on without it"), "{text}");
+    assert!(
+        !text.contains("Retrying a component not as declared failed"),
+        "{text}"
+    );
     reloader.shutdown(None).await;
 }
