@@ -44,16 +44,25 @@ impl ConfigTable {
 
 #[cfg(test)]
 thread_local! {
-    /// Items of the table [`ConfigTable::covered`] looked at, on this
-    /// thread: what tests bound to show a get or delete does not walk the
-    /// store.
-    static VISITED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Items of the table [`ConfigTable::covered`] (or the staged view,
+    /// see [`super::staged`]) looked at, on this thread: what tests bound
+    /// to show a get or delete does not walk the store.
+    pub(super) static VISITED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Copies of a whole table made on this thread: what tests bound to
+    /// show a get during a staged reload does not copy the store.
+    pub(super) static CLONED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Counts one item looked at (in tests; nothing otherwise).
-fn visited() {
+pub(super) fn visited() {
     #[cfg(test)]
     VISITED.with(|count| count.set(count.get() + 1));
+}
+
+/// Counts one copy of a whole table (tables are copied in tests only).
+#[cfg(test)]
+pub(super) fn cloned() {
+    CLONED.with(|count| count.set(count.get() + 1));
 }
 
 #[cfg(test)]
