@@ -326,6 +326,15 @@ impl Layers {
         }
     }
 
+    /// Layers holding only `file`, warning about skipped overlay
+    /// components through `skipped` (the runtime's memory of them).
+    pub(crate) fn sharing_skips(file: Config, skipped: &SkippedOverlay) -> Self {
+        Self {
+            skipped: skipped.clone(),
+            ..Self::new(file)
+        }
+    }
+
     /// Lays `change` over these layers. A file that names no overlay drops
     /// the overlay documents, and one with another app id the app-specific
     /// document (see [`Self::changed`]); overlay documents laid over a
@@ -501,6 +510,13 @@ impl Layers {
     /// sources are not worked out).
     pub fn effective_config(&self) -> Config {
         self.laid(false).0
+    }
+
+    /// The skipped overlay components a laying of these layers warns
+    /// about now.
+    #[cfg(test)]
+    pub(crate) fn skips_warned(&self) -> Vec<ComponentKey> {
+        self.laid(false).2
     }
 
     /// The layers laid over each other; the sources only when `tracked`;

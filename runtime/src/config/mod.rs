@@ -24,6 +24,7 @@ pub use crate::sections::{
 pub use diff::{ConfigDiff, SpecChange};
 pub use graph::{DependencyGraph, GraphFormat};
 pub use injected::InjectedRef;
+pub(crate) use layers::SkippedOverlay;
 pub use layers::{ComponentSources, Layer, LayerChange, Layers, OverlayRead, Push};
 pub use load::dapr_manifest::{MAX_MANIFEST_BYTES, MAX_MANIFEST_FILES};
 pub(crate) use load::{folder_of, parse_overlay, read_config_bytes};

@@ -137,7 +137,7 @@ impl RunningSet {
         let components = Arc::new(components);
         live.publish(described(1, &config, &components));
         let state = State {
-            layers: RunningLayers::FileOnly,
+            layers: RunningLayers::started(),
             config: Arc::new(config),
             components,
             not_as_declared: Marks::default(),
@@ -210,7 +210,7 @@ impl RunningSet {
     pub(crate) fn file_is(&self, file: &Config) -> bool {
         let state = self.state();
         match &state.layers {
-            RunningLayers::FileOnly => state.config.config == *file,
+            RunningLayers::FileOnly(_) => state.config.config == *file,
             RunningLayers::Laid(layers) => layers.file == *file,
         }
     }

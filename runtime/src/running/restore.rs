@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{Components, Mark, Running, RunningLayers, RunningSet, WatchPlan};
 use crate::component::ComponentKey;
-use crate::config::{ComponentSpec, DependencyGraph, Layers, ValidConfig};
+use crate::config::{ComponentSpec, DependencyGraph, ValidConfig};
 use crate::handle::Instance;
 use crate::redact::HeldSecrets;
 
@@ -88,8 +88,8 @@ impl RunningSet {
             }
             config.graph = graph;
         }
-        if let RunningLayers::FileOnly = state.layers {
-            let file = Layers::new(state.config.config.clone());
+        if let RunningLayers::FileOnly(_) = state.layers {
+            let file = state.layers.whole(&state.config.config);
             state.layers = RunningLayers::Laid(Arc::new(file));
         }
         let mut components = Components::clone(&state.components);
@@ -146,8 +146,8 @@ impl RunningSet {
             .config
             .components
             .insert(key.clone(), Arc::clone(&spec));
-        if let RunningLayers::FileOnly = state.layers {
-            let file = Layers::new(state.config.config.clone());
+        if let RunningLayers::FileOnly(_) = state.layers {
+            let file = state.layers.whole(&state.config.config);
             state.layers = RunningLayers::Laid(Arc::new(file));
         }
         let kept = Running {
@@ -334,7 +334,7 @@ mod tests {
         components.insert(user.clone(), Arc::new(updated));
         let committed = running.commit(Commit {
             config: after,
-            layers: RunningLayers::FileOnly,
+            layers: RunningLayers::started(),
             components: Arc::new(components),
             acted_on: BTreeSet::from([user.clone(), vault.clone()]),
             publish: true,
