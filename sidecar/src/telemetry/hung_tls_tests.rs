@@ -223,3 +223,93 @@ async fn at_most_eight_reads_stay_stuck() {
     assert_eq!(started.load(Ordering::SeqCst), MAX_STUCK_READS);
     drop(keep);
 }
+
+/// Reads of the real files alternating: the first hangs for good (until
+/// the test ends, 30 s at most), the next answers, and so on; and the
+/// counts of reads started and of reads returned.
+fn reads_hanging_every_other() -> (
+    ReadTls,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+    mpsc::Sender<()>,
+) {
+    let started = Arc::new(AtomicUsize::new(0));
+    let returned = Arc::new(AtomicUsize::new(0));
+    let (keep, stuck) = mpsc::channel::<()>();
+    let stuck = Mutex::new(stuck);
+    let (counted, finished) = (Arc::clone(&started), Arc::clone(&returned));
+    let read: ReadTls = Arc::new(move |files: &ExportTlsFiles| {
+        if counted.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
+            let stuck = stuck.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = stuck.recv_timeout(Duration::from_secs(30));
+        }
+        let read = files.read();
+        finished.fetch_add(1, Ordering::SeqCst);
+        read
+    });
+    (read, started, returned, keep)
+}
+
+/// A mount that hangs for good, is remounted (the retry on a new thread
+/// answers), then hangs again, ten times over: at most 8 reading threads
+/// stay stuck, past them no read starts (each hang episode pins one more
+/// thread only up to the ceiling).
+#[tokio::test]
+async fn reads_answering_between_hangs_still_pin_at_most_eight_threads() {
+    let (read, started, returned, keep) = reads_hanging_every_other();
+    let reads = TlsReads::new(read, DEADLINE);
+    let ca = TestCa::new("hang-answer-hang");
+    let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
+    let mut remounted = 0;
+    for _ in 0..10 {
+        assert!(reads.read(&files).await.is_err(), "hung, or refused");
+        advance(TRY_AGAIN_AFTER).await;
+        remounted += usize::from(reads.read(&files).await.is_ok());
+    }
+    let reading = || started.load(Ordering::SeqCst) - returned.load(Ordering::SeqCst);
+    until_at_least(MAX_STUCK_READS, reading).await;
+    assert_eq!(reading(), MAX_STUCK_READS, "reading threads");
+    // The retry after the 8th hang would be a 9th thread: refused.
+    assert_eq!(
+        remounted,
+        MAX_STUCK_READS - 1,
+        "each retry answered until the ceiling"
+    );
+    drop(keep);
+}
+
+/// Reads started side by side (applies at once) on a mount that hangs
+/// count toward the ceiling before their deadline: of 10 at once, 8
+/// start and 2 are refused, naming the ceiling. Before: the ceiling
+/// counted reads already given up only, so all 10 started and stayed
+/// stuck.
+#[tokio::test]
+async fn reads_started_side_by_side_pin_at_most_eight_threads() {
+    let (read, started, keep) = reads_stuck_first(usize::MAX);
+    let reads = TlsReads::new(read, DEADLINE);
+    let ca = TestCa::new("side-by-side");
+    let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
+    let at_once = (0..10).map(|_| reads.read(&files));
+    let answers = futures_util::future::join_all(at_once).await;
+    until_at_least(MAX_STUCK_READS, || started.load(Ordering::SeqCst)).await;
+    assert_eq!(started.load(Ordering::SeqCst), MAX_STUCK_READS);
+    let refused: Vec<&String> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    assert_eq!(refused.len(), 10, "every read hung or was refused");
+    let at_ceiling = refused
+        .iter()
+        .filter(|why| why.contains("8 reads have not returned"))
+        .count();
+    assert_eq!(at_ceiling, 2, "{refused:?}");
+    drop(keep);
+}
+
+/// Waits (10 s at most) until `count` reaches `least`: a thread started
+/// counts once it runs.
+async fn until_at_least(least: usize, count: impl Fn() -> usize) {
+    testkit::soon("the reading threads running", async {
+        while count() < least {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}

@@ -11,9 +11,11 @@
 //! lazily unmounted and mounted again, where a fresh read would answer)
 //! must not freeze the files for good: after [`TRY_AGAIN_AFTER`] they are
 //! read again on a new thread, then after twice as long each time up to
-//! [`LONGEST_WAIT`], while fewer than [`MAX_STUCK_READS`] reads are stuck
-//! (the listeners' schedule). Reads that were not given up may run side
-//! by side (two applies at once).
+//! [`LONGEST_WAIT`] (the listeners' schedule). Reads that were not given
+//! up may run side by side (two applies at once). While
+//! [`MAX_STUCK_READS`] reads have not returned (given up or still within
+//! their deadline), no other starts until one does: reads started side by
+//! side on a mount that hangs cannot pin more threads.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,8 +37,9 @@ pub(super) const TRY_AGAIN_AFTER: Duration = Duration::from_secs(300);
 /// doubles from [`TRY_AGAIN_AFTER`] up to this.
 const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
-/// How many reads given up may be stuck at once: no other is started
-/// until one returns (a mount hung for good pins at most these threads).
+/// How many reads may have not returned at once, given up or not: no
+/// other is started until one returns (a mount hung for good pins at most
+/// these threads).
 pub(super) const MAX_STUCK_READS: usize = 8;
 
 /// What reads the files: [`ExportTlsFiles::read`] but in tests.
@@ -57,9 +60,9 @@ struct GivenUp {
     /// The flag of the last read, if it was given up (`true` once it has
     /// returned): while it has not, no other read starts unless due.
     last: Option<Arc<AtomicBool>>,
-    /// The flags of every read given up that had not returned when last
-    /// looked at (for [`MAX_STUCK_READS`]).
-    stuck: Vec<Arc<AtomicBool>>,
+    /// The flags of every read started, given up or not, that had not
+    /// returned when last looked at (for [`MAX_STUCK_READS`]).
+    reading: Vec<Arc<AtomicBool>>,
     /// When the files may be read again on a new thread, and the wait
     /// that led there.
     try_again: Option<(Instant, Duration)>,
@@ -129,22 +132,28 @@ impl TlsReads {
     /// Starts a read of `files` on a thread of its own, handing its outcome
     /// to `answer`; its flag is set once it returns. Refused while the
     /// last read given up has not returned, unless a try on a new thread
-    /// is due and fewer than [`MAX_STUCK_READS`] are stuck.
+    /// is due; and while [`MAX_STUCK_READS`] reads have not returned,
+    /// given up or not (those started side by side count before their
+    /// deadline).
     fn start(
         &self,
         files: &ExportTlsFiles,
         answer: impl FnOnce(Result<TlsContents, String>) + Send + 'static,
     ) -> Result<Arc<AtomicBool>, String> {
-        {
+        let returned = {
             let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
             let returned = |flag: &Arc<AtomicBool>| flag.load(Ordering::Acquire);
-            given_up.stuck.retain(|flag| !returned(flag));
-            if given_up.last.as_ref().is_some_and(|flag| !returned(flag)) {
-                let now = Instant::now();
-                let due = given_up.try_again.filter(|(at, _)| now >= *at);
-                let Some((_, wait)) = due.filter(|_| given_up.stuck.len() < MAX_STUCK_READS) else {
-                    return Err(self.stuck(files));
-                };
+            given_up.reading.retain(|flag| !returned(flag));
+            let last_stuck = given_up.last.as_ref().is_some_and(|flag| !returned(flag));
+            let now = Instant::now();
+            let due = given_up.try_again.filter(|(at, _)| now >= *at);
+            if last_stuck && due.is_none() {
+                return Err(self.stuck(files));
+            }
+            if given_up.reading.len() >= MAX_STUCK_READS {
+                return Err(at_ceiling(files));
+            }
+            if let Some((_, wait)) = due.filter(|_| last_stuck) {
                 let wait = (wait * 2).min(LONGEST_WAIT);
                 given_up.try_again = Some((now + wait, wait));
                 tracing::info!(files = %shown(files), "Tracing: the TLS files are read again on a new thread; an earlier read is still stuck.");
@@ -152,8 +161,10 @@ impl TlsReads {
                 given_up.try_again = None;
             }
             given_up.last = None;
-        }
-        let returned = Arc::new(AtomicBool::new(false));
+            let returned = Arc::new(AtomicBool::new(false));
+            given_up.reading.push(Arc::clone(&returned));
+            returned
+        };
         let guard = Returned(Arc::clone(&returned));
         let (read, files_read) = (Arc::clone(&self.read), files.clone());
         std::thread::Builder::new()
@@ -174,7 +185,6 @@ impl TlsReads {
     fn give_up(&self, files: &ExportTlsFiles, returned: Arc<AtomicBool>) -> String {
         let mut given_up = self.given_up.lock().unwrap_or_else(|p| p.into_inner());
         if !returned.load(Ordering::Acquire) {
-            given_up.stuck.push(Arc::clone(&returned));
             given_up.last = Some(returned);
             if given_up.try_again.is_none() {
                 let wait = self.try_again_after;
@@ -193,6 +203,15 @@ impl TlsReads {
             self.deadline, self.try_again_after
         )
     }
+}
+
+/// Why `files` are not read: [`MAX_STUCK_READS`] reads of them have not
+/// returned (the same words while so: logged once).
+fn at_ceiling(files: &ExportTlsFiles) -> String {
+    format!(
+        "{}: {MAX_STUCK_READS} reads have not returned (a hung mount?); no other starts until one does",
+        shown(files)
+    )
 }
 
 /// Why `files` are not read: the reading thread ended (panicked) without
