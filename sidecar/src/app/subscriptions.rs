@@ -265,12 +265,15 @@ pub(super) async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
     if !answer.status().is_success() {
         return Listing::Unanswered(format!("status {}", answer.status()));
     }
+    let close_delimited = !has_framing(answer.headers());
     let parsed = match super::http_route::answer_body(answer, MAX_LIST_BYTES).await {
         Ok(body) => match serde_json::from_slice::<Value>(&body) {
-            // A body that ends midway through its JSON (one delimited by
-            // the connection's close, which the app closed early): no
-            // answer to go by, asked again. An empty one is malformed.
-            Err(err) if err.is_eof() && !body.trim_ascii().is_empty() => {
+            // A body delimited by the connection's close that ends midway
+            // through its JSON (the app closed early): no answer to go by,
+            // asked again. An empty one is malformed, and so is one that
+            // came whole by its `content-length` or chunks (a cut one
+            // fails as it is read).
+            Err(err) if err.is_eof() && close_delimited && !body.trim_ascii().is_empty() => {
                 return Listing::Unanswered("the answer's body ended early".to_string())
             }
             parsed => parsed
@@ -293,6 +296,21 @@ pub(super) async fn ask_once(client: &reqwest::Client, url: &str) -> Listing {
             Listing::Answered(Vec::new())
         }
     }
+}
+
+/// Whether an answer with `headers` says where its body ends: a
+/// `content-length`, or `chunked` last in its `transfer-encoding`. One
+/// with neither ends where the connection does, so a close cuts it short
+/// unseen.
+fn has_framing(headers: &reqwest::header::HeaderMap) -> bool {
+    let chunked = headers
+        .get_all(reqwest::header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|value| value.to_str().ok())
+        .and_then(|codings| codings.rsplit(',').next())
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+    chunked || headers.contains_key(reqwest::header::CONTENT_LENGTH)
 }
 
 /// How long the app is asked for its subscriptions before the sidecar
@@ -538,6 +556,34 @@ mod tests {
         let first = "HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n[{\"pubsubname\":\"p\"";
         let (port, connections) = app_cutting_its_first_listing_short(first).await;
         assert_asked_again_and_taken(port, &connections).await;
+    }
+
+    /// A listing that came whole by its `content-length` (or chunks) but
+    /// ends midway through its JSON (`[`) is malformed at once: none
+    /// taken, asked once. Before, it was asked again for 15 s, then logged
+    /// as never listed instead of malformed.
+    #[tokio::test]
+    async fn a_whole_framed_listing_ending_midway_is_malformed_at_once() {
+        let by_length = "HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n[";
+        let by_chunks = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\n[\r\n0\r\n\r\n";
+        for first in [by_length, by_chunks] {
+            let (port, connections) = app_cutting_its_first_listing_short(first).await;
+            crate::tls::install_ring_provider();
+            let listed = tokio::time::timeout(
+                Duration::from_secs(10),
+                ask_app(
+                    &reqwest::Client::new(),
+                    &AppChannel::local(port),
+                    &CancellationToken::new(),
+                ),
+            )
+            .await
+            .expect("answered in time")
+            .expect("not stopped");
+            assert!(listed.is_empty(), "{first:?}: {listed:?}");
+            let asked = connections.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(asked, 1, "{first:?}: asked once");
+        }
     }
 
     /// Asks the app on `port` (of [`app_cutting_its_first_listing_short`])
