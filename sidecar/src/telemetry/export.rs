@@ -1,6 +1,7 @@
 //! Spans leave the process through a bounded queue: a finished span is
 //! handed over with `try_send` (never a wait) and counted as dropped when
-//! the queue is full, so a slow or dead collector costs a request nothing.
+//! the queue is full (or closed, counted apart), so a slow or dead
+//! collector costs a request nothing.
 //! One task batches the queue and exports with the exporter in force,
 //! each export cut after its timeout; asked to flush (at shutdown), it
 //! exports everything queued so far and answers. The task holds the
@@ -44,15 +45,17 @@ pub(super) fn build_exporter(
     endpoint: &str,
     tls: &ExportTls,
 ) -> Result<Exporter, String> {
-    build_exporter_keeping(settings, endpoint, tls, grpc_channel::KEEPALIVE)
+    let keepalive = grpc_channel::Keepalive::for_exports_cut_after(settings.export_timeout);
+    build_exporter_keeping(settings, endpoint, tls, Some(keepalive))
 }
 
-/// [`build_exporter`] with the gRPC channel's `keepalive`.
+/// [`build_exporter`] with the gRPC channel's `keepalive` (`None`: no
+/// HTTP/2 pings, for tests only).
 pub(super) fn build_exporter_keeping(
     settings: &TraceSettings,
     endpoint: &str,
     tls: &ExportTls,
-    keepalive: grpc_channel::Keepalive,
+    keepalive: Option<grpc_channel::Keepalive>,
 ) -> Result<Exporter, String> {
     use opentelemetry_otlp::WithTonicConfig;
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
@@ -114,9 +117,12 @@ impl SpanProcessor for QueueProcessor {
         if !span.span_context.is_sampled() {
             return;
         }
-        if self.queue.try_send(span).is_err() {
-            self.stats.dropped_queue_full.inc();
-        }
+        let dropped = match self.queue.try_send(span) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => &self.stats.dropped_queue_full,
+            Err(mpsc::error::TrySendError::Closed(_)) => &self.stats.dropped_queue_closed,
+        };
+        dropped.inc();
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -249,5 +255,62 @@ async fn export(
                 tracing::warn!(%error, spans = count, "Span export failed; spans are dropped (counted in rewire_trace_spans_dropped_total) until it works again.");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    use opentelemetry::trace::{
+        SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::InstrumentationScope;
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks, SpanProcessor};
+
+    use super::QueueProcessor;
+    use crate::telemetry::stats::TraceStats;
+
+    /// A finished, sampled span.
+    fn sampled_span() -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(1),
+                SpanId::from(1),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "span".into(),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: InstrumentationScope::default(),
+        }
+    }
+
+    /// A span ended after the queue's receiving end is gone is counted as
+    /// dropped for a closed queue, not a full one; one ended while the
+    /// queue is full still counts as full. Before: both were `queue_full`.
+    #[test]
+    fn a_closed_queue_is_counted_apart_from_a_full_one() {
+        let stats = Arc::new(TraceStats::default());
+        let (processor, receiver) = QueueProcessor::new(1, Arc::clone(&stats));
+        processor.on_end(sampled_span());
+        processor.on_end(sampled_span());
+        assert_eq!(stats.dropped_queue_full.get(), 1);
+        assert_eq!(stats.dropped_queue_closed.get(), 0);
+        drop(receiver);
+        processor.on_end(sampled_span());
+        assert_eq!(stats.dropped_queue_closed.get(), 1);
+        assert_eq!(stats.dropped_queue_full.get(), 1);
     }
 }

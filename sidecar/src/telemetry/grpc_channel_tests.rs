@@ -1,5 +1,6 @@
-//! The gRPC exporter's channel: its connect timeout, and a connection
-//! that dies silently found dead by its keepalive and dialled again.
+//! The gRPC exporter's channel: its connect timeout, its keepalive (only
+//! while an export is in flight), and a connection that dies silently
+//! found dead by that keepalive under an export and dialled again.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::export::build_exporter_keeping;
-use super::grpc_channel::{endpoint, with_scheme, Keepalive, KEEPALIVE};
+use super::grpc_channel::{endpoint, with_scheme, Keepalive};
 use super::live_tls_tests::settings;
 use super::tls::tests::grpc_collector;
 use super::tls::ExportTlsFiles;
@@ -34,11 +35,12 @@ fn connecting_is_cut_after_the_export_timeout() {
     let ca = TestCa::new("grpc-channel");
     let tls = trusting(&ca.ca_path).load().unwrap();
     let timeout = Duration::from_millis(1500);
+    let keepalive = Some(Keepalive::for_exports_cut_after(timeout));
     for url in ["https://localhost:4317", "http://localhost:4317"] {
-        let built = endpoint(url, timeout, &tls, KEEPALIVE).unwrap();
+        let built = endpoint(url, timeout, &tls, keepalive).unwrap();
         assert_eq!(built.get_connect_timeout(), Some(timeout), "{url}");
     }
-    let error = endpoint("http://user:s3cret@bad host", timeout, &tls, KEEPALIVE).unwrap_err();
+    let error = endpoint("http://user:s3cret@bad host", timeout, &tls, keepalive).unwrap_err();
     assert!(error.contains("OTLP endpoint"), "{error}");
     assert!(!error.contains("s3cret"), "{error}");
 }
@@ -58,8 +60,29 @@ fn an_endpoint_without_a_scheme_is_https_unless_insecure() {
     );
     let ca = TestCa::new("grpc-channel-scheme");
     let tls = trusting(&ca.ca_path).load().unwrap();
-    let built = endpoint("localhost:4317", Duration::from_secs(1), &tls, KEEPALIVE).unwrap();
+    let built = endpoint("localhost:4317", Duration::from_secs(1), &tls, None).unwrap();
     assert_eq!(built.uri().scheme_str(), Some("https"));
+}
+
+/// The exporter's channel never pings while no export is in flight (a
+/// default OpenTelemetry Collector, like any grpc-go server, answers such
+/// pings with GOAWAY `too_many_pings`), pings after half the export
+/// timeout (within 1 s ..= 30 s) and gives a ping at most that long.
+/// Before: a ping every 30 s, idle or not.
+#[test]
+fn the_channel_does_not_ping_while_idle() {
+    for (export_timeout, every) in [
+        (Duration::from_millis(500), Duration::from_secs(1)),
+        (Duration::from_secs(10), Duration::from_secs(5)),
+        (Duration::from_secs(60), Duration::from_secs(30)),
+        (Duration::from_secs(3600), Duration::from_secs(30)),
+    ] {
+        let keepalive = Keepalive::for_exports_cut_after(export_timeout);
+        assert!(!keepalive.while_idle, "{keepalive:?}");
+        assert_eq!(keepalive.every, every, "{export_timeout:?}");
+        assert!(keepalive.timeout <= keepalive.every, "{keepalive:?}");
+        assert!(!keepalive.timeout.is_zero(), "{keepalive:?}");
+    }
 }
 
 /// Copies `from` to `to` until either closes; once `hole` is set, what
@@ -128,9 +151,13 @@ async fn exports_reach(
 }
 
 /// The connection to the collector goes silent (both ends open, nothing
-/// passes): unanswered pings end it, the channel dials again and exports
-/// arrive. Before: every export waited out its timeout on the dead
-/// connection, for good.
+/// passes) while idle: the next export, in flight over it, pings, the
+/// unanswered ping ends the connection, and that very export is retried
+/// on a new connection (the exporter retries an unavailable collector
+/// within the export timeout) and arrives. Without keepalive (`None`) it
+/// waits out its 60 s timeout and the test fails at its 15 s deadline;
+/// before, the connection was pinged while idle too, which a default
+/// collector answers with GOAWAY.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silently_dead_connection_is_found_by_keepalive_and_dialled_again() {
     crate::crypto::install_ring_provider();
@@ -140,23 +167,27 @@ async fn a_silently_dead_connection_is_found_by_keepalive_and_dialled_again() {
     let endpoint = format!("https://localhost:{port}");
     let grpc = TraceSettings {
         protocol: OtelProtocol::Grpc,
-        export_timeout: Duration::from_millis(500),
+        export_timeout: Duration::from_secs(60),
         ..settings(&endpoint, Some(&ca.ca_path))
     };
     let keepalive = Keepalive {
         every: Duration::from_millis(100),
         timeout: Duration::from_millis(100),
-        while_idle: true,
+        while_idle: false,
     };
     let tls = grpc.tls.load().unwrap();
-    let exporter = build_exporter_keeping(&grpc, &endpoint, &tls, keepalive).unwrap();
+    let exporter = build_exporter_keeping(&grpc, &endpoint, &tls, Some(keepalive)).unwrap();
     assert!(
         exports_reach(&exporter, &exports, 1).await,
         "no first export"
     );
+    let answered = exports.load(Ordering::SeqCst);
     hole.store(true, Ordering::SeqCst);
+    let in_flight =
+        tokio::time::timeout(Duration::from_secs(15), exporter.inner.export(Vec::new())).await;
     assert!(
-        exports_reach(&exporter, &exports, 2).await,
-        "no export arrived past the dead connection"
+        matches!(in_flight, Ok(Ok(()))),
+        "the export in flight over the dead connection did not arrive: {in_flight:?}"
     );
+    assert!(exports.load(Ordering::SeqCst) > answered);
 }

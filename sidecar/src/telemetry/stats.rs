@@ -1,6 +1,6 @@
 //! What became of the spans: exported or dropped, for `/metrics`
 //! (`rewire_trace_spans_exported_total`,
-//! `rewire_trace_spans_dropped_total{reason="queue_full"|"export_failed"}`).
+//! `rewire_trace_spans_dropped_total{reason="queue_full"|"queue_closed"|"export_failed"}`).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,6 +19,9 @@ pub struct TraceStats {
     pub exported: Counter,
     /// Spans dropped because the export queue was full.
     pub dropped_queue_full: Counter,
+    /// Spans dropped because the export queue was closed (its receiving
+    /// end gone: no export task will ever take them).
+    pub dropped_queue_closed: Counter,
     /// Spans dropped because their export failed or timed out.
     pub dropped_export_failed: Counter,
     dropped: Family<DropLabels, Counter>,
@@ -31,6 +34,7 @@ impl Default for TraceStats {
         Self {
             exported: Counter::default(),
             dropped_queue_full: reason("queue_full"),
+            dropped_queue_closed: reason("queue_closed"),
             dropped_export_failed: reason("export_failed"),
             dropped,
         }
@@ -47,8 +51,40 @@ impl TraceStats {
         );
         registry.register(
             "trace_spans_dropped",
-            "Trace spans dropped: export queue full, or export failed or timed out",
+            "Trace spans dropped: export queue full or closed, or export failed or timed out",
             self.dropped.clone(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus_client::encoding::text::encode;
+    use prometheus_client::registry::Registry;
+
+    use super::TraceStats;
+
+    /// Each drop reason is exported under its own label, a closed queue
+    /// apart from a full one.
+    #[test]
+    fn each_drop_reason_is_exported_under_its_own_label() {
+        let stats = TraceStats::default();
+        stats.dropped_queue_full.inc();
+        stats.dropped_queue_closed.inc_by(2);
+        stats.dropped_export_failed.inc_by(3);
+        let mut registry = Registry::default();
+        stats.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"trace_spans_dropped_total{reason="queue_full"} 1"#,
+            r#"trace_spans_dropped_total{reason="queue_closed"} 2"#,
+            r#"trace_spans_dropped_total{reason="export_failed"} 3"#,
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
     }
 }
