@@ -46,8 +46,7 @@ const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 
 /// `wait` after `from`, or [`FAR_FUTURE`] after it when that instant
 /// cannot be represented.
 pub(crate) fn deadline_after(from: Instant, wait: std::time::Duration) -> Instant {
-    from.checked_add(wait)
-        .unwrap_or(from + FAR_FUTURE)
+    from.checked_add(wait).unwrap_or(from + FAR_FUTURE)
 }
 
 /// One connection's count, shared by the connection and its requests.

@@ -412,7 +412,8 @@ async fn a_stream_the_server_ended_lets_go_of_its_topic_and_place_while_its_clie
         CancellationToken::new(),
     ));
     // The server ends the stream (as a stalled client's is).
-    sink.end.end(Status::deadline_exceeded("the client stopped answering"));
+    sink.end
+        .end(Status::deadline_exceeded("the client stopped answering"));
     drop(sink);
     bounded(reading)
         .await
