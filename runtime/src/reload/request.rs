@@ -34,10 +34,13 @@ pub struct ReloadRequest {
     /// starts, so the span is still open to be linked (its duration is
     /// that of its own work: it ends when last exited).
     pub cause: Option<Span>,
-    /// The root span of this request's last run, left there by the run:
-    /// the runtime's worker, holding a clone of the request, makes it the
-    /// cause of the retry.
-    pub ran_as: RanAs,
+    /// Where a run leaves its root span, when a slot is given (opt-in:
+    /// only the runtime's worker gives one, holding a clone of the request
+    /// to make that span the cause of the retry). `None` (the default): a
+    /// run leaves no span behind, so a host reloading clones of a kept
+    /// template does not hold each run's root span open (unexported) in
+    /// the template.
+    pub ran_as: Option<RanAs>,
 }
 
 /// Where a run of a [`ReloadRequest`] leaves its root span, shared by the
@@ -76,7 +79,7 @@ impl ReloadRequest {
             based_on_generation: None,
             attempt: 0,
             cause: (!current.is_disabled()).then_some(current),
-            ran_as: RanAs::default(),
+            ran_as: None,
         }
     }
 
@@ -86,6 +89,20 @@ impl ReloadRequest {
     pub fn caused_by(mut self, span: Span) -> Self {
         self.cause = (!span.is_disabled()).then_some(span);
         self
+    }
+
+    /// This request with a fresh slot for its run's root span (see
+    /// [`ran_as`](Self::ran_as)), shared with no earlier clone.
+    #[must_use]
+    pub(crate) fn leaving_its_span(mut self) -> Self {
+        self.ran_as = Some(RanAs::default());
+        self
+    }
+
+    /// The root span the run left in this request's slot, taken out
+    /// (`None`: no slot, not run since, or not traced).
+    pub(crate) fn take_ran_as(&self) -> Option<Span> {
+        self.ran_as.as_ref().and_then(RanAs::take)
     }
 }
 

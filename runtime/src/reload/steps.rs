@@ -32,7 +32,8 @@ impl Reloader {
     /// reload panic. The root span links to the request's cause (let go
     /// of then: the cause's span is not held for the whole reload), names
     /// the components it forces, and is left in the request's `ran_as`
-    /// (for a retry to link to).
+    /// slot when it has one (for a retry to link to; none by default, so a
+    /// run leaves no span behind).
     pub(super) async fn run(
         &self,
         mut request: ReloadRequest,
@@ -44,8 +45,8 @@ impl Reloader {
         super::trace::record_queued(&span, asked.elapsed());
         super::trace::link_cause(&span, request.cause.take().as_ref());
         super::trace::record_forced(&span, &request.forced);
-        if !span.is_disabled() {
-            request.ran_as.put(span.clone());
+        if let Some(slot) = request.ran_as.as_ref().filter(|_| !span.is_disabled()) {
+            slot.put(span.clone());
         }
         let _ = traced.set(span.clone());
         self.run_steps(request, serial).instrument(span).await

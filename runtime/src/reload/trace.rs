@@ -229,13 +229,15 @@ mod tests {
     type Recorded = (&'static Metadata<'static>, BTreeMap<String, String>);
 
     /// Keeps every span (ids are indexes + 1), every `follows_from` (the
-    /// span, the span it follows) and the spans entered, on a
-    /// current-thread runtime (every task is polled on this thread).
+    /// span, the span it follows), the spans entered, on a current-thread
+    /// runtime (every task is polled on this thread), and the handles
+    /// open on each span (a span closes when its last handle goes).
     #[derive(Clone, Default)]
     struct Links {
         spans: Arc<Mutex<Vec<Recorded>>>,
         follows: Arc<Mutex<Vec<(u64, u64)>>>,
         entered: Arc<Mutex<Vec<Id>>>,
+        handles: Arc<Mutex<BTreeMap<u64, usize>>>,
     }
 
     struct Fields<'a>(&'a mut BTreeMap<String, String>);
@@ -264,7 +266,23 @@ mod tests {
             attributes.record(&mut Fields(&mut fields));
             let mut spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
             spans.push((attributes.metadata(), fields));
-            Id::from_u64(spans.len() as u64)
+            let id = spans.len() as u64;
+            self.handles
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, 1);
+            Id::from_u64(id)
+        }
+        fn clone_span(&self, span: &Id) -> Id {
+            let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+            *handles.entry(span.into_u64()).or_default() += 1;
+            span.clone()
+        }
+        fn try_close(&self, span: Id) -> bool {
+            let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+            let open = handles.entry(span.into_u64()).or_default();
+            *open = open.saturating_sub(1);
+            *open == 0
         }
         fn record(&self, span: &Id, values: &Record<'_>) {
             let mut spans = self.spans.lock().unwrap_or_else(|p| p.into_inner());
@@ -312,6 +330,12 @@ mod tests {
                 .map(|(id, (_, fields))| (id, fields.clone()))
                 .collect()
         }
+
+        /// Whether the span `id` is closed (no handle on it left).
+        fn closed(&self, id: u64) -> bool {
+            let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+            handles.get(&id) == Some(&0)
+        }
     }
 
     /// A reloader running no component.
@@ -343,8 +367,9 @@ mod tests {
             forced,
             ..ReloadRequest::of_changes(Trigger::WatchedRef, Vec::new())
         }
-        .caused_by(push.clone());
-        let ran_as = request.ran_as.clone();
+        .caused_by(push.clone())
+        .leaving_its_span();
+        let ran_as = request.ran_as.clone().expect("a slot was given");
         let _ = reloader.reload(request).await;
 
         let roots = links.named("rewire.reload");
@@ -383,5 +408,26 @@ mod tests {
         let follows = links.follows.lock().unwrap().clone();
         assert_eq!(follows, [(roots[0].0, push)]);
         assert_eq!(roots[0].1.get("rewire.forced"), None);
+    }
+
+    #[tokio::test]
+    async fn a_reload_of_a_kept_templates_clone_closes_its_root_span_when_it_returns() {
+        let links = Links::default();
+        let _default = tracing::subscriber::set_default(links.clone());
+        let reloader = empty_reloader().await;
+        // A host's template, reloaded by clone (a periodic forced reload).
+        let template = ReloadRequest {
+            forced: BTreeSet::from([ComponentKey::new("state", "s")]),
+            ..ReloadRequest::of_changes(Trigger::WatchedRef, Vec::new())
+        };
+        let _ = reloader.reload(template.clone()).await;
+        let roots = links.named("rewire.reload");
+        assert_eq!(roots.len(), 1, "one reload");
+        assert!(
+            links.closed(roots[0].0),
+            "the root span is closed (exportable) once the reload returns, \
+             not held by the template"
+        );
+        assert!(template.ran_as.is_none(), "the template has no slot");
     }
 }

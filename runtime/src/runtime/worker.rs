@@ -154,7 +154,7 @@ where
         return Some(next_retry(ran, retry.attempts + 1));
     }
     // The attempt the retried part just rolled back in.
-    let retried_in = ran.ran_as.take();
+    let retried_in = ran.take_ran_as();
     tracing::info!(trigger = %new.trigger, "Reload rolled back with a retried part; trying the new input alone.");
     let (ran, outcome) = reload_narrowing(new, &mut reload).await;
     let mut request = if rolled_back(&outcome) {
@@ -163,7 +163,7 @@ where
         kept
     };
     // Linked to that attempt, not to a run whose `ran_as` it shares.
-    request.ran_as = Default::default();
+    request.ran_as = None;
     if retried_in.is_some() {
         request.cause = retried_in;
     }
@@ -208,7 +208,8 @@ fn split(
 
 /// Runs `request` with `reload`; when it is rejected as a whole, runs the
 /// variants [`narrowed`] gives in turn until one is not rejected. What
-/// ran last, and how it ended.
+/// ran last, and how it ended. Each run is given a fresh slot for its
+/// root span (the one it returns keeps it: a retry links to that span).
 async fn reload_narrowing<F, Fut>(
     request: ReloadRequest,
     mut reload: F,
@@ -217,12 +218,14 @@ where
     F: FnMut(ReloadRequest) -> Fut,
     Fut: Future<Output = Result<ReloadRecord, ReloadError>>,
 {
+    let request = request.leaving_its_span();
     let outcome = reload(request.clone()).await;
     if !matches!(outcome, Err(ReloadError::Invalid(_))) {
         return (request, outcome);
     }
     let mut last = (request, outcome);
     for variant in narrowed(&last.0) {
+        let variant = variant.leaving_its_span();
         tracing::info!(trigger = %variant.trigger, "Reload rejected as a whole; trying what it carried besides the rejected document.");
         let outcome = reload(variant.clone()).await;
         let rejected = matches!(outcome, Err(ReloadError::Invalid(_)));
@@ -243,7 +246,7 @@ where
 /// hours does not hold back the export of every attempt.
 fn next_retry(mut request: ReloadRequest, attempts: u32) -> Retry {
     request.attempt = attempts;
-    if let Some(rolled_back) = request.ran_as.take() {
+    if let Some(rolled_back) = request.take_ran_as() {
         request.cause = Some(rolled_back);
     }
     let wait = FIRST_RETRY
@@ -528,7 +531,9 @@ mod tests {
         let ran = Mutex::new(Vec::new());
         let mut reload = |request: ReloadRequest| {
             let root = tracing::info_span!("rewire.reload");
-            request.ran_as.put(root.clone());
+            if let Some(slot) = &request.ran_as {
+                slot.put(root.clone());
+            }
             let cause = request.cause.as_ref().and_then(id);
             ran.lock()
                 .unwrap()
