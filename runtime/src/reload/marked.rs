@@ -14,11 +14,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::actions::Action;
+use super::failed_retry::FailedRetry;
 use super::transaction::{Plan, Progress, Step};
 use crate::assemble::{ComponentFailure, FailedStep};
 use crate::component::ComponentKey;
 use crate::config::{ConfigDiff, DependencyGraph};
-use crate::running::{Mark, Marks, Running};
+use crate::running::{Marks, Running};
 
 /// What a reload forces: the components `requested` (by the request),
 /// and the marked ones whose mark still forces them; returned with those
@@ -75,7 +76,7 @@ impl Plan<'_> {
             }
             // Logged at the commit only: the reload may still roll back.
             let failure = failure.to_string();
-            progress.notes.push(FailedRetry { failure, mark });
+            progress.notes.push(FailedRetry::new(failure, mark));
             progress.marks_left.failed.insert(key.clone());
             progress.actions.insert(key.clone(), Action::Unchanged);
             progress.next.insert(key.clone(), Arc::new(running.clone()));
@@ -139,34 +140,5 @@ impl Plan<'_> {
             .filter(|key| self.marks.get(key).is_some())
             .cloned()
             .collect()
-    }
-}
-
-/// A marked component's retry that failed and was kept as it runs (see
-/// [`Plan::keep_failed_retries`]): a note for the reload's record.
-pub(super) struct FailedRetry {
-    /// The failure, as the record says it.
-    failure: String,
-    /// The component's mark before this retry.
-    mark: Mark,
-}
-
-impl FailedRetry {
-    /// The note of a reload that commits: the component is kept as it
-    /// runs, its mark counting one more failed retry.
-    pub(super) fn committed(&self) -> String {
-        let (failure, retried) = (&self.failure, self.mark.failed_again().retried());
-        format!(
-            "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it is kept as it runs and the reload goes on without it; {retried}"
-        )
-    }
-
-    /// The note of a reload that rolls back for another failure: the
-    /// component runs as before, its mark unchanged.
-    pub(super) fn rolled_back(&self) -> String {
-        let (failure, retried) = (&self.failure, self.mark.retried());
-        format!(
-            "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it runs as before, and as the reload rolled back for another failure this retry is not counted; {retried}"
-        )
     }
 }

@@ -14,6 +14,7 @@
 mod actions;
 mod at_commit;
 mod drain;
+mod failed_retry;
 mod history;
 mod in_place;
 mod marked;

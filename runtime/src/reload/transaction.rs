@@ -10,8 +10,8 @@ use imbl::OrdSet;
 use tracing::{Instrument, Span};
 
 use super::actions::Action;
+use super::failed_retry::FailedRetry;
 use super::in_place::{self, Answer};
-use super::marked::FailedRetry;
 use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,

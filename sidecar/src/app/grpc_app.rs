@@ -17,9 +17,9 @@ use rewire_runtime::{DeliveryOutcome, SecretString};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::AsciiMetadataValue;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
+use super::app_calls::{AppCalls, SendsAppToken};
 use super::callback_call::Delivered;
 use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
 use super::{grpc_route, layotto_route, AppSubscription, APP_CALL_TIMEOUT};
@@ -101,31 +101,6 @@ impl EventSink for GrpcRoute {
 
     async fn closed(&self) {
         std::future::pending().await
-    }
-}
-
-/// The app's channel, each call through it carrying the app token when
-/// one is set ([`SendsAppToken`]).
-pub(super) type AppCalls = InterceptedService<Channel, SendsAppToken>;
-
-/// Puts the app token (Dapr's `APP_API_TOKEN`) on every gRPC call to the
-/// app as its `dapr-api-token` metadata, over whatever the call carries
-/// (a message's own `dapr-…` metadata is never passed on, see
-/// `passed_on`, and could not override it anyway).
-#[derive(Clone, Default)]
-pub(super) struct SendsAppToken(Option<AsciiMetadataValue>);
-
-impl tonic::service::Interceptor for SendsAppToken {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            request
-                .metadata_mut()
-                .insert(crate::auth::APP_TOKEN_HEADER, token.clone());
-        }
-        Ok(request)
     }
 }
 

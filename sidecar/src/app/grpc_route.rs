@@ -13,8 +13,8 @@ use std::time::Duration;
 use rewire_runtime::config::{RawRoutes, RawRule, SubscriptionRoutes};
 use rewire_runtime::DeliveryOutcome;
 
+use super::app_calls::AppCalls;
 use super::callback_call::{delivered, traced, Delivered};
-use super::grpc_app::AppCalls;
 use super::AppSubscription;
 use crate::dapr::TopicEvent;
 use crate::grpc::proto::dapr::proto::runtime::v1 as pb;

@@ -10,8 +10,8 @@ use std::time::Duration;
 use rewire_runtime::config::SubscriptionRoutes;
 use rewire_runtime::DeliveryOutcome;
 
+use super::app_calls::AppCalls;
 use super::callback_call::{delivered, traced, Delivered};
-use super::grpc_app::AppCalls;
 use super::AppSubscription;
 use crate::dapr::TopicEvent;
 use crate::grpc::layotto_pubsub::metadata_of;

@@ -14,6 +14,7 @@
 //! Configuration updates of HTTP subscriptions are posted to an HTTP app
 //! too ([`config_updates`]).
 
+mod app_calls;
 mod callback_call;
 pub mod config_updates;
 mod follow;

@@ -105,13 +105,16 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// The shortest wait between the server's HTTP/2 pings.
 const MIN_PING_INTERVAL: Duration = Duration::from_millis(1);
 
+/// The longest wait between the server's HTTP/2 pings: hyper adds it to
+/// an instant, so options [`ApiServer::bind`](crate::ApiServer::bind)
+/// would refuse (`Duration::MAX`) cannot overflow it.
+const MAX_PING_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+
 /// How often a connection is pinged (and how long an answer may take): a
 /// third of `idle_timeout`, so a live client's quiet stream stays open;
-/// never zero, and never past [`LONGEST_TIMING`](crate::options::LONGEST_TIMING)
-/// (hyper adds it to an instant) for options [`ApiServer::bind`](crate::ApiServer::bind)
-/// would refuse.
+/// never zero, and at most a day.
 fn ping_interval(idle_timeout: Duration) -> Duration {
-    (idle_timeout / 3).clamp(MIN_PING_INTERVAL, crate::options::LONGEST_TIMING)
+    (idle_timeout / 3).clamp(MIN_PING_INTERVAL, MAX_PING_INTERVAL)
 }
 
 /// Serves gRPC on `listener` until `shutdown` is cancelled; in-flight calls
