@@ -14,8 +14,13 @@ const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// now: a limit never reached, where `Instant::now() + within` would
 /// panic with "overflow when adding duration to instant".
 pub(crate) fn deadline_after(within: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(within).unwrap_or(now + FAR_FUTURE)
+    deadline_from(Instant::now(), within)
+}
+
+/// The instant `within` after `from` or, when the clock cannot hold it,
+/// about 30 years after `from` (see [`deadline_after`]).
+pub fn deadline_from(from: Instant, within: Duration) -> Instant {
+    from.checked_add(within).unwrap_or(from + FAR_FUTURE)
 }
 
 #[cfg(test)]

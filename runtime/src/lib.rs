@@ -12,6 +12,7 @@ mod closing;
 mod component;
 pub mod config;
 mod deadline;
+pub use deadline::deadline_from;
 mod echo;
 mod fs_read;
 mod fs_watch;

@@ -38,16 +38,10 @@ use tokio::time::Instant;
 
 use crate::reply_budget::{ConnectionReplies, ReplyLimits};
 
-/// How far on a deadline too far to be an [`Instant`] is put instead
-/// (tokio's own "far future"): a timing option of `Duration::MAX` means
-/// never, in effect, not a panic in a connection's task.
-const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);
-
-/// `wait` after `from`, or [`FAR_FUTURE`] after it when that instant
-/// cannot be represented.
-pub(crate) fn deadline_after(from: Instant, wait: std::time::Duration) -> Instant {
-    from.checked_add(wait).unwrap_or(from + FAR_FUTURE)
-}
+/// `wait` after `from`, or far in the future when the clock cannot hold
+/// that instant: a timing option of `Duration::MAX` means never, in effect,
+/// not a panic in a connection's task.
+pub(crate) use rewire_runtime::deadline_from as deadline_after;
 
 /// One connection's count, shared by the connection and its requests.
 #[derive(Clone, Debug)]
