@@ -89,15 +89,19 @@ impl Push {
 pub enum LayerChange {
     /// A new base configuration.
     File(Config),
-    /// New overlay documents: the common key's, then the rest of the read
-    /// ([`OverlayRead`]: the app-specific key's document, the overlay both
-    /// were read from and the app id the read was made for; see
-    /// [`LayerChange::overlay_read`]). A read from an overlay other than
-    /// the one the file names, or for another app id than the file's, is
-    /// ignored (see [`Layers::apply`]). Without the rest (`None`: no
-    /// app-specific document, and no word on where the read was made) the
-    /// documents are laid while the file names any overlay.
-    Overlay(Option<ConfigPatch>, Option<OverlayRead>),
+    /// New overlay documents, with where they were read. A read from an
+    /// overlay other than the one the file names, or for another app id
+    /// than the file's, is ignored (see [`Layers::apply`]).
+    Overlay {
+        /// The common key's document (`None`: the key holds none).
+        common: Option<ConfigPatch>,
+        /// The app-specific key's document, the overlay both were read
+        /// from and the app id the read was made for (see
+        /// [`LayerChange::overlay_read`]). `None`: no app-specific
+        /// document and no word on where the read was made; the documents
+        /// are then laid while the file names any overlay.
+        read: Option<OverlayRead>,
+    },
     /// A control-plane decision about one component.
     Push(ComponentKey, Push),
     /// The control plane lets go of one component: the file and the
@@ -128,7 +132,10 @@ impl LayerChange {
         app: Option<ConfigPatch>,
     ) -> Self {
         let app_id = app_id.into();
-        Self::Overlay(common, Some(OverlayRead { from, app_id, app }))
+        Self::Overlay {
+            common,
+            read: Some(OverlayRead { from, app_id, app }),
+        }
     }
 }
 
@@ -365,7 +372,7 @@ impl Layers {
                 }
                 self.file = file;
             }
-            LayerChange::Overlay(common, rest) => {
+            LayerChange::Overlay { common, read } => {
                 let Some(named) = &self.file.overlay else {
                     // Read before a file that names no overlay replaced
                     // the one naming it (queued behind it, or merged after
@@ -376,7 +383,7 @@ impl Layers {
                     );
                     return Ok(());
                 };
-                let (from, app) = match rest {
+                let (from, app) = match read {
                     Some(OverlayRead { from, app_id, app }) => (Some((from, app_id)), app),
                     None => (None, None),
                 };
@@ -807,7 +814,10 @@ mod tests {
             let text = format!(
                 r#"{{"components": {{"state": {{"s": {{"type": "memory", "metadata": {{"d": "{value}"}}}}}}}}}}"#
             );
-            LayerChange::Overlay(Some(patch(&text)), None)
+            LayerChange::Overlay {
+                common: Some(patch(&text)),
+                read: None,
+            }
         };
         let mut layers = Layers::new(file(OVERLAID_EMPTY));
         layers.apply(overlaid("d1")).unwrap();
@@ -1020,13 +1030,13 @@ mod tests {
     fn an_untyped_overlay_component_nothing_below_declares_is_skipped() {
         let mut layers = Layers::new(file(OVERLAID_EMPTY));
         layers
-            .apply(LayerChange::Overlay(
-                Some(patch(
+            .apply(LayerChange::Overlay {
+                common: Some(patch(
                     r#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}},
                         "redis": {"metadata": {"redisHost": "dr:6379"}}}}}"#,
                 )),
-                None,
-            ))
+                read: None,
+            })
             .unwrap();
         let (config, sources) = layers.effective();
         for key in [
@@ -1149,7 +1159,10 @@ mod tests {
             let text = format!(
                 r#"{{"components": {{"state": {{"c{i}": {{"metadata": {{"note": "inline-value-{i}"}}}}}}}}}}"#
             );
-            LayerChange::Overlay(Some(patch(&text)), None)
+            LayerChange::Overlay {
+                common: Some(patch(&text)),
+                read: None,
+            }
         };
         for i in 0..10_000 {
             layers.apply(skipping(i)).unwrap();
@@ -1190,7 +1203,10 @@ mod tests {
         );
         let mut layers = Layers::new(file(OVERLAID_EMPTY));
         layers
-            .apply(LayerChange::Overlay(Some(patch(&text)), None))
+            .apply(LayerChange::Overlay {
+                common: Some(patch(&text)),
+                read: None,
+            })
             .unwrap();
         assert_eq!(layers.laid(false).2.len(), 1_100, "each skip is news");
         let again = layers.laid(false).2;
@@ -1199,7 +1215,10 @@ mod tests {
 
         let other = r#"{"components": {"state": {"other": {"metadata": {"note": "x"}}}}}"#;
         layers
-            .apply(LayerChange::Overlay(Some(patch(other)), None))
+            .apply(LayerChange::Overlay {
+                common: Some(patch(other)),
+                read: None,
+            })
             .unwrap();
         assert_eq!(layers.laid(false).2.len(), 1);
         assert!(
@@ -1399,12 +1418,12 @@ mod tests {
         // One only an overlay declares is in force, so it can be amended.
         let o = ComponentKey::new("state", "o");
         layers
-            .apply(LayerChange::Overlay(
-                Some(patch(
+            .apply(LayerChange::Overlay {
+                common: Some(patch(
                     r#"{"components": {"state": {"o": {"type": "memory"}}}}"#,
                 )),
-                None,
-            ))
+                read: None,
+            })
             .unwrap();
         layers
             .apply(LayerChange::Push(o.clone(), amend("x")))
@@ -1413,7 +1432,12 @@ mod tests {
         // The overlay stops declaring it: the stored amendment does not
         // bring it back (typed `o` from its name, with the pushed field
         // alone).
-        layers.apply(LayerChange::Overlay(None, None)).unwrap();
+        layers
+            .apply(LayerChange::Overlay {
+                common: None,
+                read: None,
+            })
+            .unwrap();
         assert!(!layers.effective_config().components.contains_key(&o));
     }
 

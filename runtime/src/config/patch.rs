@@ -222,7 +222,10 @@ mod debug_tests {
             Trigger::Api,
             vec![
                 change.clone(),
-                LayerChange::Overlay(Some(document.clone()), None),
+                LayerChange::Overlay {
+                    common: Some(document.clone()),
+                    read: None,
+                },
                 LayerChange::File(document.clone().into_config()),
             ],
         );

@@ -136,7 +136,7 @@ pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
         for change in request.changes {
             match change {
                 LayerChange::File(_) => file = Some(change),
-                LayerChange::Overlay(..) => overlay = Some(change),
+                LayerChange::Overlay { .. } => overlay = Some(change),
                 LayerChange::Push(..) | LayerChange::Release(_) => pushes.push(change),
             }
         }
@@ -156,7 +156,7 @@ pub(crate) fn coalesce(batch: Vec<ReloadRequest>) -> ReloadRequest {
 /// watch will not send again.
 pub(crate) fn narrowed(request: &ReloadRequest) -> Vec<ReloadRequest> {
     let is_file = |c: &LayerChange| matches!(c, LayerChange::File(_));
-    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay(..));
+    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay { .. });
     let has_file = request.changes.iter().any(is_file);
     let has_overlay = request.changes.iter().any(is_overlay);
     let without = |drop_file: bool, drop_overlay: bool| {
@@ -222,7 +222,10 @@ mod tests {
                 Trigger::File,
                 vec![
                     LayerChange::File(Config::default()),
-                    LayerChange::Overlay(None, None),
+                    LayerChange::Overlay {
+                        common: None,
+                        read: None,
+                    },
                 ],
             )
         };
@@ -231,7 +234,7 @@ mod tests {
                 .iter()
                 .map(|c| match c {
                     LayerChange::File(_) => "file",
-                    LayerChange::Overlay(..) => "overlay",
+                    LayerChange::Overlay { .. } => "overlay",
                     _ => "other",
                 })
                 .collect::<Vec<_>>()

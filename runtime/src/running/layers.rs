@@ -120,7 +120,10 @@ mod tests {
             let text =
                 br#"{"components": {"state": {"orders": {"metadata": {"redisHost": "dr:6379"}}}}}"#;
             let patch = parse_patch(text).unwrap_or_else(|p| panic!("{p}"));
-            LayerChange::Overlay(Some(patch), None)
+            LayerChange::Overlay {
+                common: Some(patch),
+                read: None,
+            }
         };
         let (effective, running) = RunningLayers::lay(RunningLayers::started().whole(&config));
         assert!(matches!(running, RunningLayers::FileOnly(_)));

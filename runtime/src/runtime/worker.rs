@@ -181,7 +181,7 @@ fn split(
     mut new: ReloadRequest,
 ) -> (Option<ReloadRequest>, Option<ReloadRequest>) {
     let is_file = |c: &LayerChange| matches!(c, LayerChange::File(_));
-    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay(..));
+    let is_overlay = |c: &LayerChange| matches!(c, LayerChange::Overlay { .. });
     let mut kept = ReloadRequest {
         changes: Vec::new(),
         ..retried.clone()
@@ -341,7 +341,13 @@ mod tests {
         let text =
             format!(r#"{{"components": {{"state": {{"s": {{"metadata": {{"ttl": {ttl}}}}}}}}}}}"#);
         let patch = crate::config::parse_patch(text.as_bytes()).ok();
-        ReloadRequest::of_changes(Trigger::Overlay, vec![LayerChange::Overlay(patch, None)])
+        ReloadRequest::of_changes(
+            Trigger::Overlay,
+            vec![LayerChange::Overlay {
+                common: patch,
+                read: None,
+            }],
+        )
     }
 
     /// What a request carries, shown: the file's app id, `overlay`, and
@@ -352,7 +358,7 @@ mod tests {
             .iter()
             .map(|c| match c {
                 LayerChange::File(f) => f.app_id.clone(),
-                LayerChange::Overlay(..) => "overlay".into(),
+                LayerChange::Overlay { .. } => "overlay".into(),
                 _ => "other".into(),
             })
             .collect();

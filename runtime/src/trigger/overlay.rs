@@ -448,7 +448,10 @@ mod tests {
         let next = tokio::time::timeout(Duration::from_secs(60), queued.recv()).await;
         match next {
             Ok(Some(Queued::Reload(request))) => match request.changes.as_slice() {
-                [LayerChange::Overlay(common, Some(OverlayRead { from, app_id, app }))] => {
+                [LayerChange::Overlay {
+                    common,
+                    read: Some(OverlayRead { from, app_id, app }),
+                }] => {
                     assert_eq!(
                         (from.store.as_str(), from.key.as_str()),
                         ("cfg", from_key),
