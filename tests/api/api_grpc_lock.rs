@@ -99,6 +99,6 @@ async fn malformed_requests_are_invalid_arguments() {
         .await
         .expect_err("no such store");
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert_eq!(status.message(), "lock store nope is not found");
+    assert_eq!(status.message(), "lock store nope not found");
     sidecar.stop().await;
 }

@@ -78,13 +78,46 @@ async fn lock_errors_are_dapr_errors() {
             "lock/nope",
             json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}),
             "ERR_LOCK_STORE_NOT_FOUND",
-            "lock store nope is not found",
+            "lock store nope not found",
         ),
         (
             "unlock/nope",
             json!({"resourceId": "r", "lockOwner": "o"}),
             "ERR_LOCK_STORE_NOT_FOUND",
-            "lock store nope is not found",
+            "lock store nope not found",
+        ),
+        // Dapr's order: the expiry, the resource and the owner are checked
+        // before the store is looked up; `||` after it.
+        (
+            "lock/nope",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 0}),
+            "ERR_MALFORMED_REQUEST",
+            "ExpiryInSeconds is not positive in lock store nope",
+        ),
+        (
+            "lock/nope",
+            json!({"lockOwner": "o", "expiryInSeconds": 5}),
+            "ERR_MALFORMED_REQUEST",
+            "ResourceId is empty in lock store nope",
+        ),
+        (
+            "unlock/nope",
+            json!({"resourceId": "r"}),
+            "ERR_MALFORMED_REQUEST",
+            "LockOwner is empty in lock store nope",
+        ),
+        (
+            "unlock/nope",
+            json!({"resourceId": "a||b", "lockOwner": "o"}),
+            "ERR_LOCK_STORE_NOT_FOUND",
+            "lock store nope not found",
+        ),
+        // The body is read before anything else, as Dapr's.
+        (
+            "lock/nope",
+            json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": "soon"}),
+            "ERR_MALFORMED_REQUEST",
+            "failed deserializing HTTP body",
         ),
         (
             "lock/locks",
@@ -105,10 +138,12 @@ async fn lock_errors_are_dapr_errors() {
             "ExpiryInSeconds is not positive",
         ),
         (
+            // rewire's refusal (Dapr's is a 500 when building the key),
+            // saying why.
             "unlock/locks",
             json!({"resourceId": "sequencer|||x", "lockOwner": "o"}),
             "ERR_MALFORMED_REQUEST",
-            "ResourceId cannot contain `||`",
+            "ResourceId cannot contain `||` in lock store locks: `||` separates a lock key's parts",
         ),
         (
             // Past the store's maximum expiry (Dapr's int32 seconds): the
@@ -150,7 +185,8 @@ async fn lock_errors_are_dapr_errors() {
 
 #[tokio::test]
 async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
-    // No lock store at all: Dapr's 500 ERR_LOCK_STORE_NOT_CONFIGURED.
+    // No lock store at all: Dapr's 500 ERR_LOCK_STORE_NOT_CONFIGURED, once
+    // the expiry is found positive.
     let bare = Sidecar::start(
         r#"{"appId": "shop", "components": {"state": {"s": {"type": "memory"}}}}"#,
         ApiOptions::default(),
@@ -168,9 +204,18 @@ async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
         error["errorCode"], "ERR_LOCK_STORE_NOT_CONFIGURED",
         "{error}"
     );
-    // Dapr's message names the store asked for.
+    // Dapr's message names no store.
+    assert_eq!(error["message"], "lock store is not configured", "{error}");
+    let (status, error) = post(
+        &client,
+        format!("{}/v1.0-alpha1/lock/locks", bare.http_url()),
+        json!({"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert_eq!(error["errorCode"], "ERR_MALFORMED_REQUEST", "{error}");
     assert_eq!(
-        error["message"], "lock store locks is not configured",
+        error["message"], "ExpiryInSeconds is not positive in lock store locks",
         "{error}"
     );
     let mut grpc_client = grpc::dapr_client(bare.grpc_url()).await;
@@ -188,7 +233,22 @@ async fn no_lock_store_and_long_values_in_errors_are_dapr_answers() {
         tonic::Code::FailedPrecondition,
         "{refused:?}"
     );
-    assert_eq!(refused.message(), "lock store locks is not configured");
+    assert_eq!(refused.message(), "lock store is not configured");
+    // gRPC checks in the same order.
+    let refused = grpc_client
+        .try_lock_alpha1(TryLockRequest {
+            store_name: "locks".into(),
+            resource_id: String::new(),
+            lock_owner: "o".into(),
+            expiry_in_seconds: 0,
+        })
+        .await
+        .expect_err("no expiry");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert_eq!(
+        refused.message(),
+        "ExpiryInSeconds is not positive in lock store locks"
+    );
     bare.stop().await;
 
     // Errors quote a long store name or resource id cut to 200 characters.

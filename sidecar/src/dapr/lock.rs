@@ -1,5 +1,5 @@
 //! Dapr's lock operations: try-lock with an expiry, unlock by owner, with
-//! Dapr's validation messages.
+//! Dapr's request checks, in Dapr's order and with its messages.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,30 +10,35 @@ use rewire_runtime::{Instance, Lock, LockError, TryLockRequest, UnlockRequest, U
 use super::call::Call;
 use super::retry_rule;
 
-/// Why a lock operation failed (messages in Dapr's gRPC wording).
+/// Why a lock operation failed. The request checks say what Dapr's
+/// (`pkg/messages`) say, quoting the store name from the request as
+/// [`echoed`]; the store's failures also name the resource and the store.
 #[derive(Debug, thiserror::Error)]
 pub enum LockOpError {
-    /// The call's generation has no lock store at all (Dapr's message,
-    /// which names the store asked for, as [`echoed`]; gRPC
-    /// `FAILED_PRECONDITION`).
-    #[error("lock store {0} is not configured")]
+    /// The call's generation has no lock store at all (gRPC
+    /// `FAILED_PRECONDITION`). Dapr's message names no store; the field
+    /// keeps the one asked for.
+    #[error("lock store is not configured")]
     NotConfigured(String),
-    /// No lock store with that name in the call's generation (Dapr's
-    /// message; the name as [`echoed`]).
-    #[error("lock store {0} is not found")]
+    /// No lock store with that name in the call's generation.
+    #[error("lock store {0} not found")]
     NotFound(String),
     /// The request names no resource.
-    #[error("ResourceId is empty in lock store `{0}`")]
+    #[error("ResourceId is empty in lock store {0}")]
     ResourceIdEmpty(String),
-    /// The resource id holds `||`, which separates a lock key's parts
-    /// (Dapr refuses it too).
-    #[error("ResourceId cannot contain `||` in lock store `{0}`")]
+    /// The resource id holds `||`, which separates a lock key's parts.
+    /// Dapr finds it only when building the key, as a failed lock (500);
+    /// rewire refuses it as the caller's mistake.
+    #[error(
+        "ResourceId cannot contain `||` in lock store {0}: `||` separates a lock key's parts, \
+         so such an id could name another app's lock"
+    )]
     ResourceIdSeparator(String),
     /// The request names no owner.
-    #[error("LockOwner is empty in lock store `{0}`")]
+    #[error("LockOwner is empty in lock store {0}")]
     LockOwnerEmpty(String),
     /// The expiry is zero or negative.
-    #[error("ExpiryInSeconds is not positive in lock store `{0}`")]
+    #[error("ExpiryInSeconds is not positive in lock store {0}")]
     ExpiryNotPositive(String),
     /// The store failed to take the lock (the resource as [`echoed`]).
     #[error("failed to try acquiring lock `{resource_id}` in lock store `{store}`: {source}")]
@@ -80,44 +85,40 @@ impl LockOpError {
 }
 
 impl Call {
-    /// The lock store `name` of the call's generation.
+    /// The lock operations on the store `name` of the call's generation.
+    /// The store is looked up by each operation, after the request's own
+    /// checks, as Dapr orders them (see [`LockOps::try_lock`]); so this
+    /// does not fail, and an unknown name is reported by the operation.
     pub fn lock_store(&self, name: &str) -> Result<LockOps, LockOpError> {
-        match self.instance(Kind::Lock, name) {
-            Some(Instance::Lock(store)) => Ok(LockOps {
-                name: name.to_string(),
-                store: store.clone(),
-                call: self.clone(),
-            }),
-            _ if !self
-                .generation()
-                .iter()
-                .any(|(key, _)| key.kind == Kind::Lock) =>
-            {
-                Err(LockOpError::NotConfigured(echoed(name).into_owned()))
-            }
-            _ => Err(LockOpError::NotFound(echoed(name).into_owned())),
-        }
+        Ok(LockOps {
+            name: name.to_string(),
+            call: self.clone(),
+        })
     }
 }
 
-/// Dapr's lock operations on one store of a call's generation.
+/// Dapr's lock operations on one store (named by the request) of a call's
+/// generation.
 pub struct LockOps {
     name: String,
-    store: Arc<dyn Lock>,
     call: Call,
 }
 
 impl LockOps {
     /// Takes the lock on `resource_id` for `lock_owner` if it is free;
     /// whether it was taken.
+    ///
+    /// Checked in Dapr's order (`TryLockAlpha1`): a positive expiry, some
+    /// lock store configured, a resource, an owner, then the store named;
+    /// then rewire's refusal of `||` in the resource id.
     pub async fn try_lock(
         &self,
         resource_id: String,
         lock_owner: String,
         expiry_in_seconds: i64,
     ) -> Result<bool, LockOpError> {
-        let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
-        let store = &self.store;
+        let (store, request) = self.lease(resource_id, lock_owner, expiry_in_seconds)?;
+        let resource_id = echoed(&request.resource_id).into_owned();
         self.call
             .guarded(
                 self.target(),
@@ -129,21 +130,21 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::TryLock {
                 store: self.name.clone(),
-                resource_id: echoed(&resource_id).into_owned(),
+                resource_id,
                 source: self.scrubbed(e),
             })
     }
 
     /// Renews the lock on `resource_id` for `expiry_in_seconds` if
-    /// `lock_owner` holds it.
+    /// `lock_owner` holds it (checked as [`Self::try_lock`]).
     pub async fn keep_alive(
         &self,
         resource_id: String,
         lock_owner: String,
         expiry_in_seconds: i64,
     ) -> Result<UnlockStatus, LockOpError> {
-        let request = self.lease(&resource_id, lock_owner, expiry_in_seconds)?;
-        let store = &self.store;
+        let (store, request) = self.lease(resource_id, lock_owner, expiry_in_seconds)?;
+        let resource_id = echoed(&request.resource_id).into_owned();
         self.call
             .guarded(
                 self.target(),
@@ -155,23 +156,27 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::KeepAlive {
                 store: self.name.clone(),
-                resource_id: echoed(&resource_id).into_owned(),
+                resource_id,
                 source: self.scrubbed(e),
             })
     }
 
     /// Releases the lock on `resource_id` if `lock_owner` holds it.
+    ///
+    /// Checked in Dapr's order (`UnlockAlpha1`): some lock store
+    /// configured, a resource, an owner, then the store named; then
+    /// rewire's refusal of `||` in the resource id.
     pub async fn unlock(
         &self,
         resource_id: String,
         lock_owner: String,
     ) -> Result<UnlockStatus, LockOpError> {
-        self.require(&resource_id, &lock_owner)?;
+        let store = self.checked_store(&resource_id, &lock_owner)?;
+        let shown = echoed(&resource_id).into_owned();
         let request = UnlockRequest {
-            resource_id: resource_id.clone(),
+            resource_id,
             lock_owner,
         };
-        let store = &self.store;
         self.call
             .guarded(
                 self.target(),
@@ -183,46 +188,65 @@ impl LockOps {
             .await
             .map_err(|e| LockOpError::Unlock {
                 store: self.name.clone(),
-                resource_id: echoed(&resource_id).into_owned(),
+                resource_id: shown,
                 source: self.scrubbed(e),
             })
     }
 
-    /// A lease of `expiry_in_seconds` on `resource_id` for `lock_owner`,
-    /// after Dapr's checks (a resource, an owner, a positive expiry).
+    /// The store and a lease of `expiry_in_seconds` on `resource_id` for
+    /// `lock_owner`: the expiry is checked first, as Dapr does, then
+    /// [`Self::checked_store`].
     fn lease(
         &self,
-        resource_id: &str,
+        resource_id: String,
         lock_owner: String,
         expiry_in_seconds: i64,
-    ) -> Result<TryLockRequest, LockOpError> {
-        self.require(resource_id, &lock_owner)?;
+    ) -> Result<(Arc<dyn Lock>, TryLockRequest), LockOpError> {
         let seconds = u64::try_from(expiry_in_seconds)
             .ok()
             .filter(|s| *s > 0)
-            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.name.clone()))?;
-        Ok(TryLockRequest {
-            resource_id: resource_id.to_string(),
+            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.shown_name()))?;
+        let store = self.checked_store(&resource_id, &lock_owner)?;
+        let request = TryLockRequest {
+            resource_id,
             lock_owner,
             expiry: Duration::from_secs(seconds),
-        })
+        };
+        Ok((store, request))
     }
 
-    /// Dapr's checks: a resource and an owner are required, and the
-    /// resource id cannot hold `||` (Dapr's lock keys are
-    /// `lock||{appId}||{resourceId}`, so that no resource id makes another
-    /// one's key).
-    fn require(&self, resource_id: &str, lock_owner: &str) -> Result<(), LockOpError> {
-        if resource_id.is_empty() {
-            return Err(LockOpError::ResourceIdEmpty(self.name.clone()));
+    /// Dapr's `lockValidateRequest`, in its order: some lock store
+    /// configured, a resource, an owner, then the store named. Then
+    /// rewire's own check: the resource id cannot hold `||`, since lock
+    /// keys are `lock||{appId}||{resourceId}` (or `lock||{resourceId}`
+    /// with `keyPrefix: none`), so that no resource id makes another's key.
+    fn checked_store(
+        &self,
+        resource_id: &str,
+        lock_owner: &str,
+    ) -> Result<Arc<dyn Lock>, LockOpError> {
+        let generation = self.call.generation();
+        if !generation.iter().any(|(key, _)| key.kind == Kind::Lock) {
+            return Err(LockOpError::NotConfigured(self.shown_name()));
         }
-        if resource_id.contains("||") {
-            return Err(LockOpError::ResourceIdSeparator(self.name.clone()));
+        if resource_id.is_empty() {
+            return Err(LockOpError::ResourceIdEmpty(self.shown_name()));
         }
         if lock_owner.is_empty() {
-            return Err(LockOpError::LockOwnerEmpty(self.name.clone()));
+            return Err(LockOpError::LockOwnerEmpty(self.shown_name()));
         }
-        Ok(())
+        let Some(Instance::Lock(store)) = self.call.instance(Kind::Lock, &self.name) else {
+            return Err(LockOpError::NotFound(self.shown_name()));
+        };
+        if resource_id.contains("||") {
+            return Err(LockOpError::ResourceIdSeparator(self.shown_name()));
+        }
+        Ok(store.clone())
+    }
+
+    /// The store name as the request gave it, cut to quote in an error.
+    fn shown_name(&self) -> String {
+        echoed(&self.name).into_owned()
     }
 
     fn target(&self) -> (Kind, &str) {
@@ -235,5 +259,156 @@ impl LockOps {
             LockError::Backend(m) => LockError::Backend(self.call.scrub(&m)),
             LockError::Unsupported(m) => LockError::Unsupported(self.call.scrub(&m)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rewire_runtime::config::{parse, validate};
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::{Component, Registry, Runtime, RuntimeOptions};
+
+    use super::*;
+    use crate::dapr::StoreLabel;
+
+    /// Requests that reached a [`CountedLock`].
+    static ASKED: AtomicUsize = AtomicUsize::new(0);
+
+    /// A lock store that grants every lock and counts the requests it got.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "lock", type = "test.dapr.counted_lock")]
+    struct CountedLock {}
+
+    #[async_trait]
+    impl Component for CountedLock {}
+
+    #[async_trait]
+    impl Lock for CountedLock {
+        async fn try_lock(&self, _: TryLockRequest) -> Result<bool, LockError> {
+            ASKED.fetch_add(1, Ordering::SeqCst);
+            Ok(true)
+        }
+
+        async fn unlock(&self, _: UnlockRequest) -> Result<UnlockStatus, LockError> {
+            ASKED.fetch_add(1, Ordering::SeqCst);
+            Ok(UnlockStatus::Success)
+        }
+    }
+
+    async fn runtime(config: &str) -> Runtime {
+        let file = parse(config.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The error of a try-lock on `store`, as its message.
+    async fn refused(
+        runtime: &Runtime,
+        store: &str,
+        resource: &str,
+        owner: &str,
+        expiry: i64,
+    ) -> String {
+        let ops = Call::new(runtime, StoreLabel::default())
+            .lock_store(store)
+            .unwrap_or_else(|e| panic!("{e}"));
+        match ops.try_lock(resource.into(), owner.into(), expiry).await {
+            Ok(taken) => panic!("{store}/{resource}/{owner}/{expiry}: taken {taken}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Dapr's `TryLockAlpha1` checks the expiry, then that some lock store
+    /// is configured, the resource, the owner, then the store named;
+    /// rewire's `||` check comes after the store's look-up. None reaches
+    /// the store.
+    #[tokio::test]
+    async fn requests_are_checked_in_daprs_order_before_the_store_is_asked() {
+        let runtime =
+            runtime(r#"{"components": {"lock": {"locks": {"type": "test.dapr.counted_lock"}}}}"#)
+                .await;
+        for ((store, resource, owner, expiry), expected) in [
+            (
+                ("nope", "r", "o", 0),
+                "ExpiryInSeconds is not positive in lock store nope",
+            ),
+            (
+                ("nope", "", "", -1),
+                "ExpiryInSeconds is not positive in lock store nope",
+            ),
+            (
+                ("nope", "", "o", 5),
+                "ResourceId is empty in lock store nope",
+            ),
+            (
+                ("nope", "r", "", 5),
+                "LockOwner is empty in lock store nope",
+            ),
+            (("nope", "r", "o", 5), "lock store nope not found"),
+            (("nope", "a||b", "o", 5), "lock store nope not found"),
+        ] {
+            let message = refused(&runtime, store, resource, owner, expiry).await;
+            assert_eq!(message, expected, "{store}/{resource}/{owner}/{expiry}");
+        }
+        let message = refused(&runtime, "locks", "a||b", "o", 5).await;
+        assert!(
+            message.starts_with("ResourceId cannot contain `||` in lock store locks: ")
+                && message.contains("another app's lock"),
+            "{message}"
+        );
+        let ops = Call::new(&runtime, StoreLabel::default())
+            .lock_store("nope")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let unlocked = ops.unlock("r".into(), String::new()).await;
+        assert!(
+            matches!(unlocked, Err(LockOpError::LockOwnerEmpty(_))),
+            "{unlocked:?}"
+        );
+        assert_eq!(ASKED.load(Ordering::SeqCst), 0, "the store was asked");
+        let ops = Call::new(&runtime, StoreLabel::default())
+            .lock_store("locks")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(ops
+            .try_lock("r".into(), "o".into(), 5)
+            .await
+            .unwrap_or_else(|e| panic!("{e}")));
+        runtime.shutdown().await;
+    }
+
+    /// With no lock store at all, a try-lock's expiry is still checked
+    /// first; then "not configured" comes before the resource and owner.
+    #[tokio::test]
+    async fn no_lock_store_is_reported_after_the_expiry_and_before_the_resource() {
+        let runtime = runtime(r#"{"components": {}}"#).await;
+        assert_eq!(
+            refused(&runtime, "locks", "", "", 0).await,
+            "ExpiryInSeconds is not positive in lock store locks"
+        );
+        assert_eq!(
+            refused(&runtime, "locks", "", "", 5).await,
+            "lock store is not configured"
+        );
+        let ops = Call::new(&runtime, StoreLabel::default())
+            .lock_store("locks")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let unlocked = ops.unlock(String::new(), String::new()).await;
+        assert!(
+            matches!(unlocked, Err(LockOpError::NotConfigured(_))),
+            "{unlocked:?}"
+        );
+        runtime.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_long_store_name_is_quoted_cut() {
+        let runtime = runtime(r#"{"components": {}}"#).await;
+        let message = refused(&runtime, &"s".repeat(10_000), "r", "o", 0).await;
+        assert!(message.len() < 400 && message.ends_with('…'), "{message}");
+        runtime.shutdown().await;
     }
 }

@@ -1,5 +1,6 @@
 //! Locks: `TryLockAlpha1` and `UnlockAlpha1` on the shared
-//! [`LockOps`](crate::dapr::LockOps), with Dapr's unlock statuses.
+//! [`LockOps`](crate::dapr::LockOps) (which checks a request in Dapr's
+//! order, as over HTTP and Layotto's API), with Dapr's unlock statuses.
 
 use rewire_runtime::UnlockStatus;
 use tonic::Status;

@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(info.metadata.get("appID").map(String::as_str), Some("shop"));
         assert_eq!(status.get_error_details_vec().len(), 1);
         let status = Status::from(LockOpError::NotFound("l".into()));
-        assert_eq!(status.message(), "lock store l is not found");
+        assert_eq!(status.message(), "lock store l not found");
         assert_eq!(code_name(Code::InvalidArgument), "INVALID_ARGUMENT");
     }
 
@@ -286,10 +286,10 @@ mod tests {
     fn lock_requests_are_checked_as_dapr_does() {
         let status = Status::from(LockOpError::ResourceIdEmpty("l".into()));
         assert_eq!(status.code(), Code::InvalidArgument);
-        assert_eq!(status.message(), "ResourceId is empty in lock store `l`");
+        assert_eq!(status.message(), "ResourceId is empty in lock store l");
         let status = Status::from(LockOpError::NotConfigured("l".into()));
         assert_eq!(status.code(), Code::FailedPrecondition);
-        assert_eq!(status.message(), "lock store l is not configured");
+        assert_eq!(status.message(), "lock store is not configured");
     }
 
     #[test]

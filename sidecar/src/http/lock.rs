@@ -2,7 +2,8 @@
 //! "lockOwner", "expiryInSeconds"}` → `{"success": bool}`) and `POST
 //! /v1.0-alpha1/unlock/{store}` (`{"resourceId", "lockOwner"}` →
 //! `{"status": 0|1|2|3}`), on the shared [`LockOps`](crate::dapr::LockOps)
-//! that gRPC uses too. Errors carry Dapr's codes and statuses.
+//! that gRPC uses too. Errors carry the codes and statuses of Dapr's
+//! `pkg/messages` (Dapr attaches no error details to lock errors).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -62,8 +63,10 @@ pub async fn try_lock(
     PathParams(store_name): PathParams<String>,
     body: RawBody,
 ) -> Result<Json<TryLockAnswer>, HttpError> {
-    let store = call.lock_store(&store_name)?;
+    // As Dapr: the body is read first, then the request checked and the
+    // store looked up (by the operation, in Dapr's order).
     let request: TryLock = json_body(body, state.options.max_request_bytes)?;
+    let store = call.lock_store(&store_name)?;
     let success = store
         .try_lock(
             request.resource_id,
@@ -81,8 +84,8 @@ pub async fn unlock(
     PathParams(store_name): PathParams<String>,
     body: RawBody,
 ) -> Result<Json<UnlockAnswer>, HttpError> {
-    let store = call.lock_store(&store_name)?;
     let request: Unlock = json_body(body, state.options.max_request_bytes)?;
+    let store = call.lock_store(&store_name)?;
     let status = store
         .unlock(request.resource_id, request.lock_owner)
         .await?;
@@ -170,9 +173,13 @@ impl From<LockOpError> for HttpError {
             ),
             LockOpError::NotFound(_) => (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND"),
             LockOpError::ResourceIdEmpty(_)
-            | LockOpError::ResourceIdSeparator(_)
             | LockOpError::LockOwnerEmpty(_)
             | LockOpError::ExpiryNotPositive(_) => {
+                (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
+            }
+            // Dapr fails building the key (500 `ERR_TRY_LOCK`); rewire
+            // refuses the id as malformed, its message saying why.
+            LockOpError::ResourceIdSeparator(_) => {
                 (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
             }
             LockOpError::TryLock { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "ERR_TRY_LOCK"),
@@ -239,8 +246,18 @@ mod tests {
             (err.status(), err.code()),
             (StatusCode::BAD_REQUEST, "ERR_LOCK_STORE_NOT_FOUND")
         );
-        let err = HttpError::from(LockOpError::ExpiryNotPositive("l".into()));
-        assert_eq!(err.code(), "ERR_MALFORMED_REQUEST");
+        for invalid in [
+            LockOpError::ExpiryNotPositive("l".into()),
+            LockOpError::ResourceIdEmpty("l".into()),
+            LockOpError::LockOwnerEmpty("l".into()),
+            LockOpError::ResourceIdSeparator("l".into()),
+        ] {
+            let err = HttpError::from(invalid);
+            assert_eq!(
+                (err.status(), err.code()),
+                (StatusCode::BAD_REQUEST, "ERR_MALFORMED_REQUEST")
+            );
+        }
         let err = HttpError::from(LockOpError::NotConfigured("l".into()));
         assert_eq!(
             (err.status(), err.code()),
