@@ -66,12 +66,22 @@ impl Live {
         mut generation: Generation,
         changed: Option<&BTreeSet<ComponentKey>>,
     ) {
-        // Policies follow the section; unchanged breakers keep their state.
-        generation.policies = super::resilience::Policies::build(
+        // Policies follow the section; unchanged breakers keep their state
+        // while their component runs the same instance (a rebuilt one
+        // starts closed).
+        let previous = self.current.load();
+        let same_instance = |key: &ComponentKey| match (previous.get(key), generation.get(key)) {
+            (Some(before), Some(now)) => before.same_as(now),
+            _ => false,
+        };
+        let policies = super::resilience::Policies::build(
             &generation.sections.resiliency,
             generation.components.each().map(|(key, _)| key),
-            &self.current.load().policies,
+            &previous.policies,
+            same_instance,
         );
+        drop(previous);
+        generation.policies = policies;
         let number = generation.number;
         let generation = Arc::new(generation);
         // Before the notification: whoever is told finds every handle

@@ -7,8 +7,8 @@
 //! "resiliency": {
 //!   "policies": {
 //!     "timeouts": { "short": "2s" },
-//!     "retries": { "transient": { "policy": "exponential", "duration": "100ms",
-//!                                 "maxInterval": "2s", "maxRetries": 5 } },
+//!     "retries": { "transient": { "policy": "exponential", "maxInterval": "2s",
+//!                                 "maxRetries": 5 } },
 //!     "circuitBreakers": { "redis": { "maxRequests": 1, "interval": "0s",
 //!                                     "timeout": "30s", "trip": "consecutiveFailures > 5" } }
 //!   },
@@ -37,9 +37,22 @@ use crate::problem::Problem;
 /// interval or open time): 24 hours, so no arithmetic on it can overflow.
 pub const MAX_POLICY_DURATION: Duration = Duration::from_secs(24 * 3600);
 
-/// The wait before the first retry of an `exponential` policy without a
-/// `duration` (Dapr's initial interval).
-const DEFAULT_EXPONENTIAL_START: Duration = Duration::from_millis(500);
+/// The shortest wait between attempts: a `duration` or `maxInterval` of
+/// zero (which Dapr accepts) waits this long, so no policy retries in a
+/// busy loop.
+pub const MIN_RETRY_WAIT: Duration = Duration::from_millis(1);
+
+/// The first interval of an `exponential` policy (Dapr's, from
+/// cenkalti/backoff: its `duration` is not used).
+pub const EXPONENTIAL_INITIAL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How much longer each interval of an `exponential` policy is than the
+/// one before (Dapr's).
+pub const EXPONENTIAL_MULTIPLIER: f64 = 1.5;
+
+/// An `exponential` policy's wait is drawn within ± this share of its
+/// interval (Dapr's).
+pub const EXPONENTIAL_RANDOMIZATION: f64 = 0.5;
 
 /// The decoded `resiliency` section.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -63,7 +76,8 @@ pub struct Resiliency {
 pub enum RetryKind {
     /// The same wait every time.
     Constant,
-    /// Twice the previous wait, up to `maxInterval`.
+    /// From 500 ms, 1.5 times the previous interval up to `maxInterval`,
+    /// each wait within ±50 % of its interval (Dapr's).
     Exponential,
 }
 
@@ -72,9 +86,11 @@ pub enum RetryKind {
 pub struct RetryPolicy {
     /// Constant or exponential waits.
     pub kind: RetryKind,
-    /// The (first) wait.
+    /// The wait of a `constant` policy (at least [`MIN_RETRY_WAIT`]); an
+    /// `exponential` one does not use it (as Dapr's).
     pub duration: Duration,
-    /// The longest wait (exponential).
+    /// The longest interval of an `exponential` policy (at least
+    /// [`MIN_RETRY_WAIT`]).
     pub max_interval: Duration,
     /// Retries after the first attempt; `None`: until the call's deadline
     /// (Dapr's `-1`).
@@ -376,18 +392,19 @@ impl RawRetry {
                 RetryKind::Constant
             }
         };
-        let default = match kind {
-            RetryKind::Constant => Duration::from_secs(5),
-            RetryKind::Exponential => DEFAULT_EXPONENTIAL_START,
-        };
+        // Dapr's defaults; a zero wait (Dapr takes it) is floored.
         let wait = match &self.duration {
-            Some(text) => duration(&at("duration"), text, problems).unwrap_or(default),
-            None => default,
-        };
+            Some(text) => duration(&at("duration"), text, problems),
+            None => None,
+        }
+        .unwrap_or(Duration::from_secs(5))
+        .max(MIN_RETRY_WAIT);
         let max_interval = match &self.max_interval {
-            Some(text) => duration(&at("maxInterval"), text, problems).unwrap_or(wait),
-            None => Duration::from_secs(60),
-        };
+            Some(text) => duration(&at("maxInterval"), text, problems),
+            None => None,
+        }
+        .unwrap_or(Duration::from_secs(60))
+        .max(MIN_RETRY_WAIT);
         let max_retries = match self.max_retries {
             None | Some(-1) => None,
             Some(n) => match u32::try_from(n) {
@@ -405,7 +422,7 @@ impl RawRetry {
         (problems.len() == before).then_some(RetryPolicy {
             kind,
             duration: wait,
-            max_interval: max_interval.max(wait),
+            max_interval,
             max_retries,
         })
     }
@@ -568,6 +585,27 @@ mod tests {
                 timeout: Duration::from_secs(30),
                 trip_after: 5,
             })
+        );
+    }
+
+    #[test]
+    fn zero_waits_are_floored_and_exponential_ignores_duration() {
+        let section = Resiliency::decode(&json!({
+            "policies": {"retries": {
+                "spin": {"policy": "constant", "duration": "0s"},
+                "grow": {"policy": "exponential", "duration": "0s", "maxInterval": "0s"},
+                "plain": {"policy": "exponential"}
+            }}
+        }))
+        .unwrap_or_else(|p| panic!("{p:?}"));
+        let spin = &section.retries["spin"];
+        assert_eq!(spin.duration, MIN_RETRY_WAIT, "a zero wait is floored");
+        assert_eq!(spin.max_retries, None);
+        assert_eq!(section.retries["grow"].max_interval, MIN_RETRY_WAIT);
+        assert_eq!(
+            section.retries["plain"].max_interval,
+            Duration::from_secs(60),
+            "Dapr's default maxInterval"
         );
     }
 

@@ -74,12 +74,15 @@ pub(crate) struct Admitted {
     epoch: u64,
 }
 
-/// An admitted call in flight: reports its end to the breaker, and a call
-/// dropped before it ended (cancelled by the request's deadline or its
-/// client) as a failure, so a half-open breaker never waits for a trial
-/// call that is gone. A call that may run long (an upload) can hand its
-/// trial place back early ([`InFlight::hand_back_trial_place`]) and still
-/// report how it ends.
+/// An admitted call in flight: reports its end to the breaker. A call
+/// dropped before it ended (its client cancelled it, or its request's
+/// deadline passed) tells nothing of the component: it is counted neither
+/// way and hands its admission back, so clients that give up cannot open
+/// the breaker for everyone, and a half-open breaker never waits for a
+/// trial call that is gone (another is admitted in its place). Only the
+/// policy's own timeout and the component's errors are its failures. A
+/// call that may run long (an upload) can hand its trial place back early
+/// ([`InFlight::hand_back_trial_place`]) and still report how it ends.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a> {
     breaker: &'a Breaker,
@@ -118,10 +121,11 @@ impl InFlight<'_> {
 }
 
 impl Drop for InFlight<'_> {
+    /// Dropped unfinished: as [`InFlight::release`] (no verdict, its trial
+    /// place handed back).
     fn drop(&mut self) {
-        if let Some(admitted) = self.admitted.take() {
-            self.breaker.record(admitted, false);
-        }
+        self.hand_back_trial_place();
+        self.admitted = None;
     }
 }
 
@@ -320,18 +324,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_trial_call_dropped_unfinished_counts_as_a_failure() {
+    async fn a_call_dropped_unfinished_counts_neither_way() {
+        let breaker = Breaker::new(policy(1, 1, 0));
+        for _ in 0..3 {
+            drop(breaker.enter().unwrap_or_else(|| panic!("closed")));
+        }
+        assert_eq!(breaker.snapshot(), (BreakerState::Closed, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trial_call_dropped_unfinished_gives_its_trial_place_back() {
         let breaker = Breaker::new(policy(1, 1, 0));
         fail(&breaker);
         tokio::time::advance(Duration::from_secs(30)).await;
         let trial = breaker.enter().unwrap_or_else(|| panic!("half-open"));
         assert!(breaker.enter().is_none(), "one trial call at a time");
         drop(trial);
-        assert_eq!(state(&breaker), BreakerState::Open, "not stuck half-open");
-        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(state(&breaker), BreakerState::HalfOpen, "no verdict");
         breaker
             .enter()
-            .unwrap_or_else(|| panic!("half-open again"))
+            .unwrap_or_else(|| panic!("the place was given back, not kept forever"))
             .finish(true);
         assert_eq!(state(&breaker), BreakerState::Closed);
     }

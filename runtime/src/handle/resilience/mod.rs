@@ -7,7 +7,8 @@
 //! ([`Policies`]), built at publish from its `resiliency` section: a policy
 //! change is a sections-only reload (no component rebuilt) and the next
 //! call uses it. A component's breaker is carried into the new generation
-//! while its settings are unchanged, so its state survives the reload.
+//! while its settings and its instance are unchanged, so its state
+//! survives the reload; a rebuilt instance starts with a closed breaker.
 //!
 //! Which operations may be retried is the caller's decision, per
 //! operation ([`Retries`]): a failed attempt may have been applied, so only
@@ -32,7 +33,10 @@ use crate::component::{ComponentKey, Kind};
 use crate::kinds::{
     ConfigError, FileError, LockError, PubSubError, SecretError, SequencerError, StateError,
 };
-use crate::sections::resiliency::{ComponentPolicies, Named, RetryKind, RetryPolicy};
+use crate::sections::resiliency::{
+    ComponentPolicies, Named, RetryKind, RetryPolicy, EXPONENTIAL_INITIAL_INTERVAL,
+    EXPONENTIAL_MULTIPLIER, EXPONENTIAL_RANDOMIZATION, MIN_RETRY_WAIT,
+};
 use crate::sections::Resiliency;
 
 /// Whether a failed attempt of an operation may be tried again.
@@ -160,12 +164,18 @@ pub struct Policies {
 }
 
 impl Policies {
-    /// The policies `section` gives the components `keys`; breakers whose
-    /// settings are unchanged are carried over from `previous`.
+    /// The policies `section` gives the components `keys`; a breaker is
+    /// carried over from `previous` while its settings are unchanged and
+    /// `same_instance` tells that its component still runs the instance
+    /// it guarded (a rebuilt instance, a fixed connection setting, is not
+    /// refused for the old one's failures). The breakers of deliveries to
+    /// the app (`inbound`) judge the app, not the instance: kept while
+    /// their settings are unchanged.
     pub(crate) fn build<'a>(
         section: &Resiliency,
         keys: impl Iterator<Item = &'a ComponentKey>,
         previous: &Policies,
+        same_instance: impl Fn(&ComponentKey) -> bool,
     ) -> Self {
         let mut by_key = BTreeMap::new();
         let mut inbound = BTreeMap::new();
@@ -175,7 +185,7 @@ impl Policies {
         }
         for key in keys {
             if let Some(policies) = section.for_component(key) {
-                let kept = previous.by_key.get(key);
+                let kept = previous.by_key.get(key).filter(|_| same_instance(key));
                 by_key.insert(key.clone(), Arc::new(Applied::new(key, policies, kept)));
             }
             if key.kind != Kind::PubSub {
@@ -255,7 +265,8 @@ impl Applied {
         self.retry.as_ref().map(|named| &named.policy)
     }
 
-    /// The waits of `policy`: constant, or doubling up to `maxInterval`.
+    /// The waits of `policy`: constant, or exponential as Dapr's (from
+    /// 500 ms, ×1.5 up to `maxInterval`, each within ±50 %); never zero.
     pub fn backoff(policy: &RetryPolicy) -> Backoff {
         backoff_of(policy)
     }
@@ -274,7 +285,10 @@ impl Applied {
 
     /// Runs `attempt` under the policies: each attempt within the timeout,
     /// admitted by the breaker (and reported to it), failures retried with
-    /// backoff when `retries` allows.
+    /// backoff when `retries` allows. Dropped before it ends (its client
+    /// gave up), the attempt in flight counts neither way and hands back
+    /// its admission: only the timeout policy and the component's own
+    /// errors are failures.
     pub async fn run<T, E, F, Fut>(&self, retries: Retries, mut attempt: F) -> Result<T, Guarded<E>>
     where
         E: Failure,
@@ -486,11 +500,21 @@ impl<H: Fn() -> Option<Duration>> Drop for Abandonable<'_, H> {
     }
 }
 
-/// The waits of a retry policy: constant, or doubling up to `maxInterval`.
+/// The waits of a retry policy: constant (`duration`), or exponential as
+/// Dapr's (cenkalti/backoff's defaults up to `maxInterval`; `duration` is
+/// not used); none shorter than [`MIN_RETRY_WAIT`]'s interval.
 fn backoff_of(policy: &RetryPolicy) -> Backoff {
     match policy.kind {
-        RetryKind::Constant => Backoff::new(policy.duration, policy.duration),
-        RetryKind::Exponential => Backoff::new(policy.duration, policy.max_interval),
+        RetryKind::Constant => {
+            let wait = policy.duration.max(MIN_RETRY_WAIT);
+            Backoff::new(wait, wait)
+        }
+        RetryKind::Exponential => Backoff::randomized(
+            EXPONENTIAL_INITIAL_INTERVAL,
+            EXPONENTIAL_MULTIPLIER,
+            EXPONENTIAL_RANDOMIZATION,
+            policy.max_interval.max(MIN_RETRY_WAIT),
+        ),
     }
 }
 

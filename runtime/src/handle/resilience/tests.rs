@@ -13,9 +13,11 @@ fn orders() -> ComponentKey {
     ComponentKey::new("state", "orders")
 }
 
+/// The policies `value` gives `orders`, its instance the one `previous`
+/// guarded.
 fn policies(value: serde_json::Value, previous: &Policies) -> Policies {
     let key = orders();
-    Policies::build(&section(value), std::iter::once(&key), previous)
+    Policies::build(&section(value), std::iter::once(&key), previous, |_| true)
 }
 
 fn target(outbound: serde_json::Value) -> serde_json::Value {
@@ -66,23 +68,60 @@ async fn retries_recover_a_transient_failure_with_constant_waits() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn exponential_waits_double_up_to_the_max_interval_and_retries_stop_at_the_max() {
+async fn exponential_waits_grow_as_dapr_s_up_to_the_max_interval_and_retries_stop_at_the_max() {
     let policies = policies(target(json!({"retry": "grow"})), &Policies::default());
-    let calls = AtomicU32::new(0);
-    let started = Instant::now();
-    let answer = applied(&policies)
-        .run(Retries::Allowed, flaky(10, &calls))
+    let attempts = std::sync::Mutex::new(Vec::new());
+    let answer: Result<(), _> = applied(&policies)
+        .run(Retries::Allowed, || {
+            attempts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Instant::now());
+            std::future::ready(Err(StateError::Backend("connection refused".into())))
+        })
         .await;
     assert!(
         matches!(answer, Err(Guarded::Failed(StateError::Backend(_)))),
         "{answer:?}"
     );
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        5,
-        "the first attempt and 4 retries"
+    let attempts = attempts.into_inner().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(attempts.len(), 5, "the first attempt and 4 retries");
+    // Dapr's: from 500 ms (its `duration` of 1 s unused), ×1.5 up to
+    // `maxInterval` (3 s), each wait within ±50 % of its interval.
+    let mut interval = Duration::from_millis(500);
+    for pair in attempts.windows(2) {
+        let wait = pair[1] - pair[0];
+        assert!(
+            wait >= interval.mul_f64(0.5) && wait <= interval.mul_f64(1.5),
+            "{wait:?} not within ±50 % of {interval:?}"
+        );
+        interval = interval.mul_f64(1.5).min(Duration::from_secs(3));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_constant_wait_is_floored_not_a_busy_loop() {
+    let section = json!({
+        "policies": {"retries": {"r": {"policy": "constant", "duration": "0s"}}},
+        "targets": {"components": {"orders": {"outbound": {"retry": "r"}}}}
+    });
+    let policies = policies(section, &Policies::default());
+    let retry = applied(&policies)
+        .retry_policy()
+        .unwrap_or_else(|| panic!("a retry policy"));
+    assert!(Applied::backoff(retry).next_wait() >= Duration::from_millis(1));
+    // Unlimited retries against a refusing backend: each one waits.
+    let calls = AtomicU32::new(0);
+    let started = Instant::now();
+    let answer = applied(&policies)
+        .run(Retries::Allowed, flaky(100, &calls))
+        .await;
+    assert!(matches!(answer, Ok(101)), "{answer:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "100 retries in {:?}",
+        started.elapsed()
     );
-    assert_eq!(started.elapsed(), Duration::from_secs(1 + 2 + 3 + 3));
 }
 
 #[tokio::test(start_paused = true)]
@@ -215,7 +254,12 @@ async fn a_breaker_survives_a_rebuild_of_the_policies_while_its_settings_are_unc
         Some(BreakerState::Closed),
         "new settings: a new breaker"
     );
-    let untargeted = Policies::build(&Resiliency::default(), std::iter::once(&orders()), &changed);
+    let untargeted = Policies::build(
+        &Resiliency::default(),
+        std::iter::once(&orders()),
+        &changed,
+        |_| true,
+    );
     assert!(untargeted.get(&orders()).is_none());
     assert_eq!(untargeted.breakers().count(), 0);
 }
@@ -260,18 +304,20 @@ async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_
         .await;
     }
     assert_eq!(state(&policies), Some((BreakerState::Closed, 0)));
-    // Abandoned under `run_admitted`, a call is a failure, as before.
+    // Abandoned under `run_admitted`, a call counts neither way too.
     abandoned(Duration::from_secs(5), async {
         let _ = applied(&policies).run_admitted(never()).await;
     })
     .await;
-    assert_eq!(state(&policies), Some((BreakerState::Closed, 1)));
-    // A failure it ends with still counts: the breaker opens.
+    assert_eq!(state(&policies), Some((BreakerState::Closed, 0)));
+    // Failures it ends with still count: the breaker opens.
     let calls = AtomicU32::new(0);
-    let failed = applied(&policies)
-        .run_admitted_unless_dropped(flaky(1, &calls)(), client_awaited, GRACE)
-        .await;
-    assert!(matches!(failed, Err(Guarded::Failed(_))), "{failed:?}");
+    for _ in 0..2 {
+        let failed = applied(&policies)
+            .run_admitted_unless_dropped(flaky(2, &calls)(), client_awaited, GRACE)
+            .await;
+        assert!(matches!(failed, Err(Guarded::Failed(_))), "{failed:?}");
+    }
     assert_eq!(state(&policies).map(|s| s.0), Some(BreakerState::Open));
     // Half-open, one trial place: the abandoned trial hands it back, so
     // the next call is admitted (and closes the breaker).
@@ -527,4 +573,134 @@ async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() 
         matches!(answer, Ok(1)),
         "a busy store's trial kept its place: {answer:?}"
     );
+}
+
+/// A call its client gives up on (a 1 ms gRPC deadline, a reset stream)
+/// before the policy's timeout: dropped unfinished.
+async fn given_up_by_its_client(applied: &Applied) {
+    let call = applied.run(
+        Retries::Never,
+        std::future::pending::<Result<(), StateError>>,
+    );
+    let given_up = tokio::time::timeout(Duration::from_millis(1), call).await;
+    assert!(given_up.is_err(), "the call never ends");
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_their_clients_give_up_on_do_not_open_the_breaker() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    for _ in 0..6 {
+        given_up_by_its_client(applied).await;
+    }
+    let status = applied
+        .breaker_status()
+        .map(|s| (s.state, s.consecutive_failures, s.trips));
+    assert_eq!(status, Some((BreakerState::Closed, 0, 0)));
+    // The policy's own timeout still counts: it opens at once.
+    let timed_out = applied
+        .run(
+            Retries::Never,
+            std::future::pending::<Result<(), StateError>>,
+        )
+        .await;
+    assert!(
+        matches!(timed_out, Err(Guarded::Refused(Refusal::TimedOut { .. }))),
+        "{timed_out:?}"
+    );
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Open)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_trial_call_its_client_gives_up_on_gives_its_place_back() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    half_open(applied).await;
+    given_up_by_its_client(applied).await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::HalfOpen),
+        "no verdict"
+    );
+    let answer = applied
+        .run(Retries::Never, || async { Ok::<u32, StateError>(1) })
+        .await;
+    assert!(
+        matches!(answer, Ok(1)),
+        "the trial place was kept: {answer:?}"
+    );
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Closed)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rebuilt_instance_starts_with_a_closed_breaker() {
+    let value = target(json!({"circuitBreaker": "cb"}));
+    let first = policies(value.clone(), &Policies::default());
+    let calls = AtomicU32::new(0);
+    for _ in 0..2 {
+        let _ = applied(&first).run(Retries::Never, flaky(5, &calls)).await;
+    }
+    let state = |p: &Policies| applied(p).breaker_status().map(|s| s.state);
+    assert_eq!(state(&first), Some(BreakerState::Open));
+    let kept = policies(value.clone(), &first);
+    assert_eq!(
+        state(&kept),
+        Some(BreakerState::Open),
+        "same instance: kept"
+    );
+    let key = orders();
+    let rebuilt = Policies::build(&section(value), std::iter::once(&key), &kept, |_| false);
+    assert_eq!(
+        state(&rebuilt),
+        Some(BreakerState::Closed),
+        "a new instance"
+    );
+}
+
+/// A component with nothing to do: an instance to publish.
+#[derive(Debug)]
+struct Plain;
+
+impl crate::component::Component for Plain {}
+
+#[tokio::test(start_paused = true)]
+async fn publishing_a_new_instance_closes_its_breaker_and_republishing_keeps_it() {
+    let key = ComponentKey::new("custom", "orders");
+    let sections = Arc::new(crate::sections::Sections {
+        resiliency: section(target(json!({"circuitBreaker": "cb"}))),
+        ..Default::default()
+    });
+    let live = crate::handle::Live::new();
+    let generation = |number: u64, instance: &crate::handle::Instance| {
+        let instances = BTreeMap::from([(key.clone(), instance.clone())]);
+        crate::handle::Generation::new(number, instances).with_sections(sections.clone())
+    };
+    let broken = crate::handle::Instance::Custom(Arc::new(Plain));
+    live.publish(generation(1, &broken));
+    let state = || {
+        let current = live.load_full();
+        let applied = current.policies().get(&key).map(|a| a.breaker_status());
+        applied.flatten().map(|s| s.state)
+    };
+    let calls = AtomicU32::new(0);
+    for _ in 0..2 {
+        let current = live.load_full();
+        let applied = current
+            .policies()
+            .get(&key)
+            .unwrap_or_else(|| panic!("targeted"));
+        let _ = applied.run(Retries::Never, flaky(5, &calls)).await;
+    }
+    assert_eq!(state(), Some(BreakerState::Open));
+    live.publish(generation(2, &broken));
+    assert_eq!(state(), Some(BreakerState::Open), "the same instance: kept");
+    let fixed = crate::handle::Instance::Custom(Arc::new(Plain));
+    live.publish(generation(3, &fixed));
+    assert_eq!(state(), Some(BreakerState::Closed), "a new instance");
 }
