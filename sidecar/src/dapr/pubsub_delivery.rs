@@ -649,8 +649,7 @@ impl Subscriber<'_> {
     /// the attempt and counts how it ended. Not cut when the subscription
     /// stops: an attempt sent ends within its bound with the subscriber's
     /// answer, which settles the event (cut, a subscriber that handled it
-    /// would get it again, and the breaker would count the cut as a
-    /// failure).
+    /// would get it again).
     async fn attempt(&self, event: &TopicEvent, policy: Option<&Applied>) -> Attempt {
         let within = policy
             .and_then(Applied::timeout)
