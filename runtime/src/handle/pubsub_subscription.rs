@@ -16,26 +16,33 @@
 //! 3. a new instance that refuses the subscribe is tried again with a
 //!    backoff ([`Resubscribe`]) while the old one drains; after
 //!    [`RESUBSCRIBE_DEADLINE`] of refusals the subscription ends once
-//!    nothing drains. One that does not answer is slow, not refusing: it
-//!    is tried again with a bound growing from [`SUBSCRIBE_BOUND`] to
-//!    [`SLOW_SUBSCRIBE_BOUND`], and a timeout does not count toward the
-//!    deadline (it starts again). The bound grown is the slow broker's
-//!    alone: another one is first waited on for [`SUBSCRIBE_BOUND`]. A
-//!    subscribe under way does not hold the forwarder: the sources are
-//!    read, the subscriber is served (and let go when it leaves) and a new
-//!    publish is followed (a subscribe on a broker replaced meanwhile is
-//!    abandoned) while it is waited for;
+//!    nothing drains. A publish of the same broker meanwhile (another
+//!    component reloaded) keeps its retry as it is: no second subscribe,
+//!    no fresh deadline, no revival once given up. The subscription is
+//!    never on one broker twice, and a source it no longer reads is
+//!    drained, never dropped. A broker that does not answer is slow, not
+//!    refusing: it is tried again with a bound growing from
+//!    [`SUBSCRIBE_BOUND`] to [`SLOW_SUBSCRIBE_BOUND`], and a timeout does
+//!    not count toward the deadline (it starts again). The bound grown is
+//!    the slow broker's alone: another one is first waited on for
+//!    [`SUBSCRIBE_BOUND`]. A subscribe under way does not hold the
+//!    forwarder: the sources are read, the subscriber is served (and let
+//!    go when it leaves) and a new publish is followed (a subscribe on a
+//!    broker replaced meanwhile is abandoned) while it is waited for;
 //! 4. a draining source is stopped once it has been silent for
 //!    [`DRAIN_GRACE`], once it made no progress for [`DRAIN_LIMIT`] (no
 //!    delivery of it read, no outcome of one of its deliveries; the time
 //!    the subscriber is behind not counted), or once it is still draining
-//!    [`DRAIN_CAP`] after its replacement, however steadily it delivers;
-//!    it is let go once its broker closes its side, or [`STOP_GRACE`]
-//!    later. While it is draining, the runtime's close of the replaced
-//!    instance waits for it ([`drained`]). Silent means: it delivered
-//!    since the drain began (not counting what it had sent before; until
-//!    then, the broker may be waiting for publishes under way to end, as
-//!    a Redis one does: only the limits apply), none of its deliveries
+//!    [`DRAIN_CAP`] after its replacement, however steadily it delivers
+//!    and however long its subscriber is behind (the delivery it is being
+//!    given is kept, not what the source still holds); it is let go once
+//!    its broker closes its side, or [`STOP_GRACE`] later (a subscriber
+//!    stalled on one delivery holds no replaced broker past that). While
+//!    it is draining, the runtime's close of the replaced instance waits
+//!    for it ([`drained`]). Silent means: it delivered since the drain
+//!    began (not counting what it had sent before; until then, the broker
+//!    may be waiting for publishes under way to end, as a Redis one does:
+//!    only the limits apply), none of its deliveries
 //!    awaits its outcome (a broker such as Redis hands out `concurrency`
 //!    deliveries, then waits for their outcomes before it sends more: a
 //!    slow app holds it back), and its last delivery or outcome is
@@ -62,8 +69,8 @@ use crate::kinds::{Delivery, PubSub, PubSubError, PubSubSubscription, SubscribeR
 use draining::DrainMark;
 pub(crate) use draining::{drained, undrained};
 use outstanding::Outstanding;
-use resubscribe::Resubscribe;
 pub use resubscribe::RESUBSCRIBE_DEADLINE;
+use resubscribe::{Refused, Resubscribe};
 
 /// Deliveries a handle subscription buffers for its subscriber.
 pub const HANDLE_SUBSCRIPTION_BUFFER: usize = 64;
@@ -168,7 +175,7 @@ impl PubSubHandle {
             req,
             current: Some(Source::new(broker, subscription, &settled)),
             settled,
-            resubscribe: None,
+            refused: None,
             subscribing: None,
             slow: None,
             warmed: None,
@@ -256,8 +263,9 @@ impl Source {
     }
 
     /// When a draining source is stopped (its grace, when it runs, its
-    /// no-progress limit or its cap), or a stopped one let go; `None` when it is not draining, or
-    /// its subscriber is `behind` (then no source is read).
+    /// no-progress limit or its cap), or a stopped one let go; `None` when
+    /// it is not draining. While its subscriber is `behind` (then no
+    /// source is read), only its cap.
     fn deadline(&self, behind: bool) -> Option<Instant> {
         self.deadline_when(behind, self.outstanding.count() == 0)
     }
@@ -268,7 +276,12 @@ impl Source {
         if self.stopped {
             return self.stop_at;
         }
-        let cap = self.drain_until.filter(|_| !behind)?;
+        let cap = self.drain_until?;
+        if behind {
+            // Its grace and limit wait for the subscriber; its cap does
+            // not: a stalled subscriber holds no replaced broker past it.
+            return Some(cap);
+        }
         let limit = self.stall_at.map_or(cap, |stall| stall.min(cap));
         let grace = self.stop_at.filter(|_| idle);
         Some(grace.map_or(limit, |at| at.min(limit)))
@@ -330,8 +343,9 @@ struct Forwarder {
     /// Woken when the last delivery of a draining source awaiting its
     /// outcome settles.
     settled: Arc<Notify>,
-    /// The next try at subscribing to the broker serving, if any.
-    resubscribe: Option<Resubscribe>,
+    /// The broker serving that refused the subscription: its next try,
+    /// or that it was given up on.
+    refused: Option<Refused>,
     /// The subscribe under way at a publish, if any.
     subscribing: Option<Subscribing>,
     /// A broker that did not answer a subscribe in time, and how long its
@@ -467,7 +481,7 @@ impl Forwarder {
     /// Nothing left to read from, nor to try again.
     fn spent(&self) -> bool {
         self.current.is_none()
-            && self.resubscribe.is_none()
+            && self.retry().is_none()
             && self.subscribing.is_none()
             && self.warmed.is_none()
             && self.draining.is_empty()
@@ -501,7 +515,9 @@ impl Forwarder {
     }
 
     /// Subscribes to the instance about to be published, if it is a new
-    /// one; the current source keeps serving until the publish. A request
+    /// one (not one subscribed or subscribing to, nor one whose refusal
+    /// is being retried: a second subscription on it would deliver twice);
+    /// the current source keeps serving until the publish. A request
     /// whose generation (or a later one) is already published is stale.
     async fn warm(&mut self, request: &WarmRequest, latest_published: u64) {
         if latest_published > request.replaces {
@@ -511,11 +527,11 @@ impl Forwarder {
         let Some(Instance::PubSub(next)) = request.next.get(key) else {
             return;
         };
-        let known = [&self.current, &self.warmed]
-            .into_iter()
-            .flatten()
-            .any(|source| same_broker(next, &source.broker));
-        if known {
+        let warmed = self
+            .warmed
+            .as_ref()
+            .is_some_and(|source| same_broker(next, &source.broker));
+        if warmed || self.follows(next) {
             return;
         }
         let answer = subscribe_bounded(next, &self.req, SUBSCRIBE_BOUND).await;
@@ -534,21 +550,19 @@ impl Forwarder {
     }
 
     /// After a publish: moves to the broker now serving and drains the
-    /// one it replaced; a subscribe under way on it is waited for on, one
-    /// on a broker replaced meanwhile is abandoned. False when the
-    /// subscription should end.
+    /// one it replaced; a subscribe under way on it is waited for, a retry
+    /// of its refusal kept as it is (its count and deadline; given up
+    /// stays given up); one on a broker replaced meanwhile is abandoned.
+    /// False when the subscription should end.
     fn follow(&mut self) -> bool {
         let Ok(now) = self.handle.load() else {
             return false;
         };
-        let serving = [
-            self.current.as_ref().map(|source| &source.broker),
-            self.subscribing.as_ref().map(|s| &s.broker),
-        ];
-        if serving.into_iter().flatten().any(|b| same_broker(&now, b)) {
+        if self.follows(&now) {
             return true;
         }
         self.subscribing = None;
+        self.refused = None;
         if let Some(old) = self.current.take() {
             self.retire(old);
         }
@@ -556,27 +570,56 @@ impl Forwarder {
         true
     }
 
-    /// Tries again to subscribe to the broker serving, when it is time.
-    /// False when the subscription should end.
+    /// Whether the subscription is on `broker` already: subscribed,
+    /// subscribing, or retrying (or given up on) its refusal.
+    fn follows(&self, broker: &Arc<dyn PubSub>) -> bool {
+        let on = [
+            self.current.as_ref().map(|source| &source.broker),
+            self.subscribing.as_ref().map(|s| &s.broker),
+        ];
+        on.into_iter().flatten().any(|b| same_broker(broker, b))
+            || self.refused.as_ref().is_some_and(|r| r.is_on(broker))
+    }
+
+    /// The next try at subscribing to a broker that refused, if any.
+    fn retry(&self) -> Option<Resubscribe> {
+        self.refused.as_ref().and_then(|refused| refused.next)
+    }
+
+    /// Tries again to subscribe to the broker serving, when it is time;
+    /// another one serving now (its publish not yet seen to) is followed
+    /// afresh. False when the subscription should end.
     fn resubscribe_if_due(&mut self) -> bool {
-        let Some(attempt) = self.resubscribe.filter(|r| r.at <= Instant::now()) else {
+        let Some(attempt) = self.retry().filter(|r| r.at <= Instant::now()) else {
             return true;
         };
-        self.resubscribe = None;
         let Ok(now) = self.handle.load() else {
             return false;
         };
+        let refused = self.refused.take();
+        if !refused.is_some_and(|refused| refused.is_on(&now)) {
+            return self.follow();
+        }
         self.subscribe_to(now, attempt);
         true
     }
 
     /// Makes a source on `now` current: the warmed one when it is on
     /// `now`, else a new subscription, started here and waited for in the
-    /// loop (see [`subscribed`](Self::subscribed)).
+    /// loop (see [`subscribed`](Self::subscribed)). A retry pending is
+    /// superseded; nothing is started when `now` is current already.
     fn subscribe_to(&mut self, now: Arc<dyn PubSub>, attempt: Resubscribe) {
+        self.refused = None;
+        if self
+            .current
+            .as_ref()
+            .is_some_and(|current| same_broker(&current.broker, &now))
+        {
+            return;
+        }
         match self.warmed.take() {
             Some(warmed) if same_broker(&warmed.broker, &now) => {
-                self.current = Some(warmed);
+                self.make_current(warmed);
                 self.slow = None;
                 tracing::info!(topic = %self.req.topic, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
                 return;
@@ -616,18 +659,21 @@ impl Forwarder {
         match answer {
             Some(Ok(subscription)) => {
                 self.slow = None;
-                self.current = Some(Source::new(now, subscription, &self.settled));
+                self.make_current(Source::new(now, subscription, &self.settled));
                 tracing::info!(topic = %self.req.topic, refused = attempt.refused, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
             }
-            Some(Err(err)) => match attempt.after_refusal() {
-                Some(next) => {
-                    tracing::warn!(topic = %self.req.topic, error = %err, refused = next.refused, "Subscribing to a rebuilt broker failed; tried again.");
-                    self.resubscribe = Some(next);
+            Some(Err(err)) => {
+                let next = attempt.after_refusal();
+                match next {
+                    Some(next) => {
+                        tracing::warn!(topic = %self.req.topic, error = %err, refused = next.refused, "Subscribing to a rebuilt broker failed; tried again.");
+                    }
+                    None => {
+                        tracing::error!(topic = %self.req.topic, error = %err, deadline = ?RESUBSCRIBE_DEADLINE, "Subscribing to a rebuilt broker kept failing; the subscription ends once the old broker has drained.");
+                    }
                 }
-                None => {
-                    tracing::error!(topic = %self.req.topic, error = %err, deadline = ?RESUBSCRIBE_DEADLINE, "Subscribing to a rebuilt broker kept failing; the subscription ends once the old broker has drained.");
-                }
-            },
+                self.refused = Some(Refused::new(&now, next));
+            }
             None => {
                 // Slow, not refusing: the deadline starts again, and the
                 // next attempt is waited for longer.
@@ -637,11 +683,21 @@ impl Forwarder {
                     tracing::debug!(topic = %self.req.topic, timeout = ?bound, "Subscribing to a rebuilt broker did not answer in time; tried again.");
                 }
                 self.slow = Some((Arc::downgrade(&now), (bound * 2).min(SLOW_SUBSCRIBE_BOUND)));
-                self.resubscribe = Resubscribe::now().after_refusal().map(|mut next| {
+                let next = Resubscribe::now().after_refusal().map(|mut next| {
                     next.refused = attempt.refused;
                     next
                 });
+                self.refused = Some(Refused::new(&now, next));
             }
+        }
+    }
+
+    /// Makes `source` current; one current before it (never on the same
+    /// broker: see [`follows`](Self::follows)) is drained, not dropped
+    /// with what it holds.
+    fn make_current(&mut self, source: Source) {
+        if let Some(old) = self.current.replace(source) {
+            self.retire(old);
         }
     }
 
@@ -672,10 +728,10 @@ impl Forwarder {
         }
     }
 
-    /// The next drain, stop or retry deadline; a drain grace does not run
+    /// The next drain, stop or retry deadline; only a drain's cap runs
     /// while the subscriber is `behind` (see [`Source::deadline`]).
     fn next_deadline(&self, behind: bool) -> Option<Instant> {
-        let retry = self.resubscribe.map(|r| r.at);
+        let retry = self.retry().map(|r| r.at);
         self.draining
             .iter()
             .filter_map(|s| s.deadline(behind))
@@ -683,9 +739,10 @@ impl Forwarder {
             .min()
     }
 
-    /// Stops sources past their drain grace, no-progress limit or cap
-    /// (unless the subscriber is `behind`); lets go of stopped ones past their stop
-    /// grace.
+    /// Stops sources past their drain grace or no-progress limit (unless
+    /// the subscriber is `behind`) or their cap (even then: the delivery
+    /// the subscriber is being given is kept); lets go of stopped ones
+    /// past their stop grace.
     fn expire(&mut self, behind: bool) {
         let now = Instant::now();
         self.draining.retain_mut(|source| match source.deadline_at(behind, now) {

@@ -1,9 +1,14 @@
 //! [`Resubscribe`]: when a handle subscription whose new broker refused it
-//! tries again, and when it gives up.
+//! tries again, and when it gives up; [`Refused`]: which broker that is
+//! about, so that a publish of the same broker neither starts another
+//! subscribe nor restarts (or revives) the give-up clock.
 
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::kinds::PubSub;
 
 /// How long a subscription keeps trying to subscribe to a new broker.
 pub const RESUBSCRIBE_DEADLINE: Duration = Duration::from_secs(60);
@@ -44,6 +49,34 @@ impl Resubscribe {
             refused: self.refused + 1,
             ..self
         })
+    }
+}
+
+/// A broker serving that refused the subscription (or did not answer in
+/// time): when it is tried again, or that it was given up on.
+pub(super) struct Refused {
+    /// Held weakly, only to be compared with the broker serving: its
+    /// allocation, kept by the weak pointer, names no other broker
+    /// meanwhile.
+    broker: Weak<dyn PubSub>,
+    /// The next attempt; `None` once given up on (past
+    /// [`RESUBSCRIBE_DEADLINE`]).
+    pub(super) next: Option<Resubscribe>,
+}
+
+impl Refused {
+    /// `broker` refused (or was slow); it is tried again at `next`, or
+    /// never (`None`).
+    pub(super) fn new(broker: &Arc<dyn PubSub>, next: Option<Resubscribe>) -> Self {
+        Self {
+            broker: Arc::downgrade(broker),
+            next,
+        }
+    }
+
+    /// Whether it is about `broker`.
+    pub(super) fn is_on(&self, broker: &Arc<dyn PubSub>) -> bool {
+        std::ptr::addr_eq(self.broker.as_ptr(), Arc::as_ptr(broker))
     }
 }
 

@@ -29,6 +29,8 @@ struct QueueBroker {
     queues: Mutex<Vec<mpsc::UnboundedSender<Message>>>,
     /// Subscribes still to refuse.
     refuse: AtomicUsize,
+    /// Subscribes asked for so far (refused ones too).
+    subscribes: AtomicUsize,
     /// How long a subscribe takes.
     delay: Duration,
     /// How long each delivery takes.
@@ -102,6 +104,11 @@ impl QueueBroker {
         let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         queues.iter().filter(|q| !q.is_closed()).count()
     }
+
+    /// Subscribes asked for so far (refused ones too).
+    fn subscribes(&self) -> usize {
+        self.subscribes.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -115,6 +122,7 @@ impl PubSub for QueueBroker {
     }
 
     async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        self.subscribes.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
         let refused = self
             .refuse
@@ -528,6 +536,46 @@ async fn a_replaced_broker_delivering_forever_is_let_go_at_the_cap() {
     assert_eq!(old.subscriptions(), 0, "an old broker is read past the cap");
     feeding.abort();
     reading.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_stalled_on_a_delivery_holds_no_replaced_broker_past_the_cap() {
+    let live = Live::new();
+    let first = Arc::new(QueueBroker::default());
+    publish(&live, 1, &first);
+    let mut sub = subscribe(&live).await;
+    // More than the subscriber's buffer, the delivery being given and the
+    // source's channel hold: the forwarder is behind from here on.
+    for data in numbered("old", 100) {
+        first.send(&data);
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The app hangs: three rebuilds leave three replaced brokers.
+    let mut replaced = vec![first];
+    for number in 2..=4 {
+        let next = Arc::new(QueueBroker::default());
+        publish(&live, number, &next);
+        subscribed(&next).await;
+        replaced.push(next);
+    }
+    let serving = replaced.pop().expect("four brokers");
+    tokio::time::sleep(DRAIN_CAP + STOP_GRACE + Duration::from_secs(1)).await;
+    for (i, broker) in replaced.iter().enumerate() {
+        assert_eq!(
+            Arc::strong_count(broker),
+            1,
+            "replaced broker {i} is still held past the cap"
+        );
+    }
+    // The subscriber's buffer and the delivery it was being given are
+    // kept; the rest of the first broker's backlog went with it.
+    let buffered = super::HANDLE_SUBSCRIPTION_BUFFER + 1;
+    assert_eq!(
+        read(&mut sub, buffered, Duration::ZERO).await,
+        numbered("old", buffered)
+    );
+    serving.send("after");
+    assert_eq!(next(&mut sub).await.as_deref(), Some("after"));
 }
 
 /// A drain's wait before it delivers: past the grace (a Redis broker
@@ -965,7 +1013,7 @@ mod outcomes {
             req,
             current: None,
             settled,
-            resubscribe: None,
+            refused: None,
             subscribing: None,
             slow: None,
             warmed: None,
@@ -978,5 +1026,149 @@ mod outcomes {
             "stopped on a grace the outcome restarted"
         );
         assert!(forwarder.draining[0].stop_at > Some(now));
+    }
+}
+
+/// A rebuilt broker that refuses the subscription while it keeps being
+/// published (another component reloads): its retry is kept as it is, the
+/// subscription is never on it twice, and a warmed broker published
+/// meanwhile supersedes the retry.
+mod refusing_broker {
+    use super::super::RESUBSCRIBE_DEADLINE;
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_due_after_a_publish_of_the_same_broker_subscribes_no_second_time() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        let rebuilt = QueueBroker::refusing(1);
+        publish(&live, 2, &rebuilt);
+        // Refused: tried again 100 ms later. Another component reloads
+        // before that; the broker is the same instance.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        publish(&live, 3, &rebuilt);
+        subscribed(&rebuilt).await;
+        // More than the subscriber's buffer and the source's channel hold:
+        // the rest waits in the broker's queue of the subscription.
+        for data in numbered("m", 200) {
+            rebuilt.send(&data);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            rebuilt.subscribes(),
+            2,
+            "subscribed again while subscribed (one refused, one taken)"
+        );
+        assert_eq!(
+            read(&mut sub, 200, Duration::ZERO).await,
+            numbered("m", 200)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_warmed_broker_published_while_a_retry_is_pending_is_subscribed_to_once() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        publish(&live, 2, &QueueBroker::refusing(1));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Refused, tried again 100 ms later; before that, a reload warms
+        // and publishes another broker.
+        let warmed = Arc::new(QueueBroker::default());
+        reload(&live, 3, &warmed).await;
+        subscribed(&warmed).await;
+        for data in numbered("m", 200) {
+            warmed.send(&data);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(warmed.subscribes(), 1, "subscribed again while subscribed");
+        assert_eq!(
+            read(&mut sub, 200, Duration::ZERO).await,
+            numbered("m", 200)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reload_warming_while_the_broker_serving_is_subscribed_to_subscribes_once() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        // Its subscribe is under way while another component's reload
+        // warms and publishes with the same broker.
+        let rebuilt = QueueBroker::slow(Duration::from_secs(1));
+        publish(&live, 2, &rebuilt);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        reload(&live, 3, &rebuilt).await;
+        subscribed(&rebuilt).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(rebuilt.subscribes(), 1, "subscribed twice to one broker");
+        for data in numbered("m", 10) {
+            rebuilt.send(&data);
+        }
+        assert_eq!(read(&mut sub, 10, Duration::ZERO).await, numbered("m", 10));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(sub.deliveries.try_recv().is_err(), "a message came twice");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn publishes_of_a_refusing_broker_neither_hurry_its_retries_nor_put_off_its_deadline() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        let refusing = QueueBroker::refusing(usize::MAX);
+        publish(&live, 2, &refusing);
+        // Another component reloads every second, the broker unchanged.
+        let publishing = tokio::spawn({
+            let (live, refusing) = (live.clone(), refusing.clone());
+            async move {
+                for number in 3.. {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    publish(&live, number, &refusing);
+                }
+            }
+        });
+        let ended = tokio::time::timeout(
+            RESUBSCRIBE_DEADLINE + Duration::from_secs(10),
+            sub.deliveries.recv(),
+        )
+        .await;
+        publishing.abort();
+        assert!(
+            matches!(ended, Ok(None)),
+            "the subscription did not end at the deadline"
+        );
+        // Backing off to one try in 5 s: about 18 in the minute, against
+        // one a publish (60) when each publish tries at once.
+        assert!(
+            refusing.subscribes() < 30,
+            "{} subscribes in a minute",
+            refusing.subscribes()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusing_broker_given_up_on_is_not_tried_again_at_a_publish() {
+        let live = Live::new();
+        // Drains until its no-progress limit: the subscription outlives
+        // the give-up.
+        publish(&live, 1, &QueueBroker::ignoring_drains());
+        let mut sub = subscribe(&live).await;
+        let refusing = QueueBroker::refusing(usize::MAX);
+        publish(&live, 2, &refusing);
+        tokio::time::sleep(RESUBSCRIBE_DEADLINE + Duration::from_secs(1)).await;
+        let tried = refusing.subscribes();
+        publish(&live, 3, &refusing);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(refusing.subscribes(), tried, "tried again once given up on");
+        let ended = tokio::time::timeout(
+            DRAIN_LIMIT + STOP_GRACE + Duration::from_secs(1),
+            sub.deliveries.recv(),
+        )
+        .await;
+        assert!(
+            matches!(ended, Ok(None)),
+            "the subscription did not end once the old broker drained"
+        );
     }
 }
