@@ -2,14 +2,14 @@
 //! its own: a panic in the component fails that call, not the reload, and
 //! an answer that does not come within the init timeout is abandoned.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::component::StagedInPlace;
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace};
 pub(super) use crate::guarded::Answer;
 use crate::guarded::{guarded, panic_message};
-use crate::handle::{with_staged, Generation};
+use crate::handle::{with_staged, Generation, Instance};
 use crate::metadata::Metadata;
 use crate::redact::Redactor;
 use crate::registry::{in_place_of, InPlaceHook};
@@ -88,6 +88,47 @@ pub(crate) struct Unapplied {
     pub(crate) hook: Option<InPlaceHook>,
     /// The panic's message, secrets scrubbed.
     pub(crate) message: String,
+}
+
+/// An in-place update a reload that rolled back could not undo:
+/// re-applying the previous metadata on `instance` failed (an error, a
+/// panic, no answer in time), so it may run with (part of) `tried`.
+pub(crate) struct Unreverted {
+    pub(crate) key: ComponentKey,
+    /// The instance that may run with part of `tried`.
+    pub(crate) instance: Instance,
+    /// The metadata the update tried, its secret values held with it.
+    pub(crate) tried: Metadata,
+}
+
+impl Unreverted {
+    /// What the record of the reload that rolled back says of it.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "{}: re-applying its previous metadata failed: it may run with part of the new one",
+            self.key
+        )
+    }
+}
+
+/// The [`Unreverted`] updates of a transaction's concurrent tasks,
+/// gathered as their reverts fail (before a rebuild that may fail too).
+#[derive(Clone, Default)]
+pub(crate) struct Unreverting(Arc<Mutex<Vec<Unreverted>>>);
+
+impl Unreverting {
+    /// Notes that `unreverted` could not be undone.
+    pub(crate) fn push(&self, unreverted: Unreverted) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(unreverted);
+    }
+
+    /// Every update noted so far, let go of here.
+    pub(crate) fn take(&self) -> Vec<Unreverted> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// Puts in force the in-place updates a committed reload staged. Called

@@ -10,20 +10,45 @@
 //! compare equal (only a reference moved), until its retries failed
 //! [`FORCED_RETRIES`](crate::running::FORCED_RETRIES) times in a row
 //! (then only a reload that names it does).
+//!
+//! And after a rollback: the in-place updates whose previous metadata it
+//! could not re-apply ([`Reloader::keep_unreverted`]).
+
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::actions::Action;
-use super::in_place::Unapplied;
+use super::in_place::{Unapplied, Unreverted};
 use super::record::Ending;
 use super::transaction::revert;
 use super::Reloader;
 use crate::assemble::AssemblyContext;
-use crate::running::Marks;
+use crate::component::ComponentKey;
+use crate::handle::Instance;
+use crate::redact::HeldSecrets;
+use crate::running::{Mark, Marks, Running};
 
 /// What a commit left to put back, and the reload's context to do it in
 /// (its init timeout, cut short by shutdown as the reload is).
 pub(super) struct PutBack {
     pub(super) unapplied: Vec<Unapplied>,
     pub(super) cx: AssemblyContext,
+}
+
+/// One component being put back: what its revert needs, and what the
+/// record says once it answered.
+struct PuttingBack {
+    key: ComponentKey,
+    /// How its previous entry was restored (or why not), for the record.
+    kept: String,
+    /// The values of the update put back, which the instance may still
+    /// use if the revert fails: held meanwhile, then with the restored
+    /// entry (its own metadata holds only the old ones).
+    new_values: Option<HeldSecrets>,
+    instance: Instance,
+    message: String,
 }
 
 impl Reloader {
@@ -33,7 +58,10 @@ impl Reloader {
     /// with why. `not_as_declared`: the marks of the components whose
     /// running entry was not what their declaration says before the
     /// reload (their previous entry is put back marked so again, one more
-    /// failed retry counted).
+    /// failed retry counted). The entries are restored first, one by one
+    /// (no wait); then every re-apply runs at once, each on a task of its
+    /// own, within one init timeout from their start: hung re-applies
+    /// hold the reload lock one init timeout, not one each.
     pub(super) async fn put_back(
         &self,
         put_back: PutBack,
@@ -41,7 +69,8 @@ impl Reloader {
         ending: &mut Ending,
     ) {
         let PutBack { unapplied, cx } = put_back;
-        let mut lines = Vec::new();
+        let mut putting_back = Vec::new();
+        let mut reverting = JoinSet::new();
         for Unapplied {
             key,
             previous,
@@ -51,26 +80,39 @@ impl Reloader {
         {
             let component = previous.assembled.instance.component();
             let metadata = previous.assembled.resolved.clone();
-            // The values of the update put back, which the instance may
-            // still use if the revert fails: held meanwhile, then with the
-            // restored entry (its own metadata holds only the old ones).
             let updated = self.running.snapshot().components.get(&key).cloned();
             let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
             let instance = previous.assembled.instance.clone();
-            // Recorded first: the revert may take up to the init timeout.
-            let mark = not_as_declared.get(&key).map(|mark| mark.failed_again());
-            let kept = match (self.running.restore(previous, mark), mark) {
-                (Ok(()), Some(mark)) if !mark.forces() => format!(
-                    "its previous entry, not as declared, stays in force; {}",
-                    mark.retried()
-                ),
-                (Ok(()), _) => "its previous declaration stays in force; reload the change to try again"
-                    .to_string(),
-                (Err(why), _) => format!(
-                    "its previous declaration could not be restored ({why}); reload the change to try again"
-                ),
-            };
-            let reverted = revert(&key, component, hook, metadata, &cx).await;
+            let kept = self.restore_previous(previous, not_as_declared.get(&key));
+            let index = putting_back.len();
+            let (named, cx) = (key.clone(), cx.clone());
+            let reapplying =
+                async move { (index, revert(&named, component, hook, metadata, &cx).await) };
+            reverting.spawn(reapplying.in_current_span());
+            putting_back.push(PuttingBack {
+                key,
+                kept,
+                new_values,
+                instance,
+                message,
+            });
+        }
+        let mut reverted = vec![false; putting_back.len()];
+        while let Some(joined) = reverting.join_next().await {
+            // Not reached: a revert catches its component's panic.
+            if let Ok((index, answered)) = joined {
+                reverted[index] = answered;
+            }
+        }
+        let mut lines = Vec::new();
+        for (put, reverted) in putting_back.into_iter().zip(reverted) {
+            let PuttingBack {
+                key,
+                kept,
+                new_values,
+                instance,
+                message,
+            } = put;
             if let (false, Some(new_values)) = (reverted, new_values) {
                 self.running.hold_too(&key, &instance, new_values);
             }
@@ -89,5 +131,54 @@ impl Reloader {
             Some(earlier) => format!("{earlier}\n{error}"),
             None => error,
         });
+    }
+
+    /// Makes `previous` its key's running entry again (`mark`: it was not
+    /// as declared before the reload, see [`Self::put_back`]); returns
+    /// what the record says of it.
+    fn restore_previous(&self, previous: Arc<Running>, mark: Option<Mark>) -> String {
+        let mark = mark.map(Mark::failed_again);
+        match (self.running.restore(previous, mark), mark) {
+            (Ok(()), Some(mark)) if !mark.forces() => format!(
+                "its previous entry, not as declared, stays in force; {}",
+                mark.retried()
+            ),
+            (Ok(()), _) => {
+                "its previous declaration stays in force; reload the change to try again"
+                    .to_string()
+            }
+            (Err(why), _) => format!(
+                "its previous declaration could not be restored ({why}); reload the change to try again"
+            ),
+        }
+    }
+    /// After a reload that rolled back: records each update it could not
+    /// undo as what may run (see [`RunningSet::keep_tried`]): the running
+    /// set says the instance runs the tried metadata, holds its secret
+    /// values as long as it does (the redactor does not forget them after
+    /// its grace), and marks it not as declared, so the next reload
+    /// re-applies its declaration (the record's error already says so,
+    /// one line each: [`Unreverted::line`]).
+    ///
+    /// [`RunningSet::keep_tried`]: crate::running::RunningSet::keep_tried
+    // Called by the rollback in `steps` (`prepare`, with the
+    // `Failed::unreverted` of the transaction) once that file takes it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) fn keep_unreverted(&self, unreverted: Vec<Unreverted>) {
+        for Unreverted {
+            key,
+            instance,
+            tried,
+        } in unreverted
+        {
+            match self.running.keep_tried(&key, &instance, tried) {
+                true => {
+                    tracing::error!(component = %key, "A rolled-back reload could not re-apply its previous metadata; it is recorded as running the new one, not as declared, for the next reload to apply its declaration again.")
+                }
+                false => {
+                    tracing::warn!(component = %key, "A rolled-back reload could not re-apply its previous metadata, and it no longer runs that instance.")
+                }
+            }
+        }
     }
 }

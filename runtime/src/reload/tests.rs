@@ -21,8 +21,11 @@ use crate::registry::{Buildable, ComponentDescriptor, Inject};
 // Its staging component is shared with the runtime's tests (a watched ref
 // after a staged update panics).
 mod moved_ref_put_back;
+mod put_back_hung;
+mod removed_in_use;
 mod secret_rotation;
 pub(crate) mod staged_panic;
+mod unreverted_rollback;
 
 /// `fail`s or `panic`s in `init` when told; else starts.
 struct TestComponent {

@@ -11,7 +11,7 @@ use tracing::{Instrument, Span};
 
 use super::actions::Action;
 use super::failed_retry::FailedRetry;
-use super::in_place::{self, Answer};
+use super::in_place::{self, Answer, Unreverted, Unreverting};
 use super::trace;
 use crate::assemble::{
     assemble_resolved, resolve_metadata, AssemblyContext, ComponentFailure, FailedStep,
@@ -139,7 +139,9 @@ impl Undo {
             closes.load(std::sync::atomic::Ordering::Relaxed)
         };
         let before = count();
-        undo(self.done, &self.levels, &self.cx).await;
+        // Shutting down: each failed re-apply was logged, and the running
+        // set closes with the instance.
+        let _unreverted = undo(self.done, &self.levels, &self.cx).await;
         count().saturating_sub(before)
     }
 }
@@ -152,8 +154,15 @@ pub(crate) struct Failed {
     pub(crate) serving: OrdSet<ComponentKey>,
     /// Notes for the record (one line each) of the marked components whose
     /// retry failed too before the reload rolled back (their marks stay
-    /// as they were).
+    /// as they were), then of the updates in [`Self::unreverted`].
     pub(crate) notes: Vec<String>,
+    /// The in-place updates it could not undo (by key): their instances
+    /// may run with part of the new metadata, which the running set is to
+    /// record and hold (see
+    /// [`Reloader::keep_unreverted`](super::Reloader::keep_unreverted)).
+    // Read by the rollback in `steps` (`prepare`) once that file takes it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) unreverted: Vec<Unreverted>,
 }
 
 /// What a transaction goes from and to.
@@ -189,6 +198,9 @@ pub(super) struct Progress {
     /// run: notes for the record, worded once the reload commits or rolls
     /// back.
     pub(super) notes: Vec<FailedRetry>,
+    /// The in-place updates whose revert failed before a rebuild (which
+    /// replaces them only if the reload commits).
+    pub(super) unreverted: Unreverting,
 }
 
 impl Plan<'_> {
@@ -252,14 +264,17 @@ impl Plan<'_> {
                 actions.insert(component.clone(), Action::Failed);
             }
         }
-        undo(progress.done, levels, cx).await;
-        let serving = progress.next.key_set();
+        let mut unreverted = progress.unreverted.take();
+        unreverted.extend(undo(progress.done, levels, cx).await);
+        unreverted.sort_by(|a, b| a.key.cmp(&b.key));
         let notes = progress.notes.iter().map(FailedRetry::rolled_back);
+        let notes = notes.chain(unreverted.iter().map(Unreverted::line));
         Failed {
             failures,
             actions,
-            serving,
+            serving: progress.next.key_set(),
             notes: notes.collect(),
+            unreverted,
         }
     }
 
@@ -295,6 +310,7 @@ impl Plan<'_> {
             done: Vec::new(),
             marks_left: MarksLeft::default(),
             notes: Vec::new(),
+            unreverted: Unreverting::default(),
         }
     }
 
@@ -331,6 +347,7 @@ impl Plan<'_> {
             let now = now.contains(&key);
             let keep = kept.contains(&key);
             let level_cx = level_cx.clone();
+            let unreverting = progress.unreverted.clone();
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
             let started = std::time::Instant::now();
@@ -352,7 +369,8 @@ impl Plan<'_> {
                         format!("unknown type `{}`", spec.type_name),
                     ));
                 };
-                decide_and_run(spec, change, previous, &descriptor, now, &level_cx).await
+                let run = (&descriptor, now, &unreverting);
+                decide_and_run(spec, change, previous, run, &level_cx).await
             };
             tasks.spawn(
                 named,
@@ -413,6 +431,8 @@ impl Plan<'_> {
             done,
             marks_left,
             notes,
+            // Replaced by their rebuild: the instance retires.
+            unreverted: _,
         } = progress;
         let mut retired = Vec::new();
         let mut deferred = Vec::new();
@@ -456,7 +476,11 @@ impl Plan<'_> {
             if let Some(running) = self.current.get(key) {
                 trace::instant_action(key, &running.spec.type_name, Action::Removed);
                 actions.insert(key.clone(), Action::Removed);
-                retired.push((key.clone(), Arc::clone(running)));
+                // An entry of its own, as a replaced one's: the drain counts
+                // the old generation's entry as a holder, so a call still
+                // borrowing the instance through it (an embedder's
+                // `generation().get(..)`) holds the close back.
+                retired.push((key.clone(), Arc::new(Running::clone(running))));
             }
         }
         // Only what retires needs the old order (users close first).
@@ -498,14 +522,15 @@ pub(super) async fn unless_cut<T>(
     }
 }
 
-/// Keeps, updates in place, or rebuilds one impacted component; `now`: an
-/// update left to the commit is made at once instead.
+/// Keeps, updates in place, or rebuilds one impacted component of
+/// `descriptor`'s type; `now`: an update left to the commit is made at
+/// once instead; an update whose revert fails before the rebuild is noted
+/// in `unreverting`.
 async fn decide_and_run(
     spec: Arc<ComponentSpec>,
     change: SpecChange,
     previous: Option<Running>,
-    descriptor: &ComponentDescriptor,
-    now: bool,
+    (descriptor, now, unreverting): (&ComponentDescriptor, bool, &Unreverting),
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
     // Cut short by shutdown, as `init` and readiness are.
@@ -536,9 +561,8 @@ async fn decide_and_run(
         }
         let component = previous.assembled.instance.component();
         if in_place_of(component.as_ref(), descriptor.in_place).is_some() {
-            let staged = stage(
-                &spec.key, component, &previous, descriptor, &resolved, now, cx,
-            );
+            let staging = (descriptor, now, unreverting);
+            let staged = stage(&spec.key, component, &previous, staging, &resolved, cx);
             let staged = staged.await;
             if staged.is_none() && cx.stop.is_cancelled() {
                 // Not rebuilt: the reload rolls back.
@@ -566,18 +590,19 @@ async fn decide_and_run(
 }
 
 /// Stages `resolved` on the running `component` (whose metadata is
-/// `previous`'s): `Some` when it took it or will at the commit (an update
-/// left to the commit is made at once when `now`), `None` when it is to be
-/// rebuilt instead. A panic or a timeout first re-applies the previous
-/// metadata, since the update may have been half made on the instance that
-/// keeps serving.
+/// `previous`'s) with `descriptor`'s hook: `Some` when it took it or will
+/// at the commit (an update left to the commit is made at once when
+/// `now`), `None` when it is to be rebuilt instead. A panic or a timeout
+/// first re-applies the previous metadata, since the update may have been
+/// half made on the instance that keeps serving; should that fail too,
+/// the instance is noted in `unreverting` (kept, should the reload roll
+/// back, with part of `resolved` maybe).
 async fn stage(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     previous: &Running,
-    descriptor: &ComponentDescriptor,
+    (descriptor, now, unreverting): (&ComponentDescriptor, bool, &Unreverting),
     resolved: &Metadata,
-    now: bool,
     cx: &AssemblyContext,
 ) -> Option<Update> {
     let within = cx.timeouts.init;
@@ -589,11 +614,20 @@ async fn stage(
         cx.staged.clone(),
         within,
     );
+    let old = &previous.assembled.resolved;
+    let reverting = || async {
+        if !revert(key, component.clone(), hook, old.clone(), cx).await {
+            unreverting.push(Unreverted {
+                key: key.clone(),
+                instance: previous.assembled.instance.clone(),
+                tried: resolved.clone(),
+            });
+        }
+    };
     let Some(answer) = unless_cut(staging, cx).await else {
         // Abandoned mid-way: it may have been half made.
         tracing::warn!(component = %key, "In-place update cut short by shutdown; re-applying the previous metadata.");
-        let previous = previous.assembled.resolved.clone();
-        revert(key, component, hook, previous, cx).await;
+        reverting().await;
         return None;
     };
     match answer {
@@ -601,15 +635,23 @@ async fn stage(
         Answer::Answered(Ok(StagedInPlace::Deferred(pending))) => Some(Update::Staged(pending)),
         Answer::Answered(Ok(StagedInPlace::AtCommit)) if now => {
             // Its dependents read it through refs in this reload.
-            let previous = &previous.assembled.resolved;
             let metadata = resolved.clone();
             let staged = cx.staged.clone();
             let updating =
                 in_place::update_staged(component.clone(), hook, metadata, staged, within);
             let answer = unless_cut(updating, cx).await;
-            settle(key, component, hook, previous, answer, cx)
-                .await
-                .then_some(Update::InForce)
+            match settled(key, component.clone(), hook, old, answer, cx).await {
+                Settled::Applied => Some(Update::InForce),
+                Settled::Rebuild { reverted: true } => None,
+                Settled::Rebuild { reverted: false } => {
+                    unreverting.push(Unreverted {
+                        key: key.clone(),
+                        instance: previous.assembled.instance.clone(),
+                        tried: resolved.clone(),
+                    });
+                    None
+                }
+            }
         }
         // The component's span is current here (its level's task).
         Answer::Answered(Ok(StagedInPlace::AtCommit)) => Some(Update::AtCommit(Span::current())),
@@ -622,18 +664,27 @@ async fn stage(
         Answer::TimedOut => {
             // Abandoned mid-way: it may have been half made, as a panic.
             tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; re-applying the previous metadata, then rebuilding.");
-            let previous = previous.assembled.resolved.clone();
-            revert(key, component, hook, previous, cx).await;
+            reverting().await;
             None
         }
         Answer::Panicked(message) => {
             let message = cx.redactor.scrub(&message);
             tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
-            let previous = previous.assembled.resolved.clone();
-            revert(key, component, hook, previous, cx).await;
+            reverting().await;
             None
         }
     }
+}
+
+/// How an update made at once ended (see [`settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// The running instance has the new metadata.
+    Applied,
+    /// To be rebuilt instead; `reverted`: the instance runs its previous
+    /// metadata (not re-applied when it refused the update, which left it
+    /// as it was), else it may run with part of the new one.
+    Rebuild { reverted: bool },
 }
 
 /// Whether an update made at once (`answer`; `None`: cut short by
@@ -649,30 +700,40 @@ pub(super) async fn settle(
     answer: Option<Answer<InPlace>>,
     cx: &AssemblyContext,
 ) -> bool {
+    settled(key, component, hook, previous, answer, cx).await == Settled::Applied
+}
+
+/// As [`settle`], telling whether a re-apply of `previous` failed.
+async fn settled(
+    key: &ComponentKey,
+    component: Arc<dyn Component>,
+    hook: Option<InPlaceHook>,
+    previous: &Metadata,
+    answer: Option<Answer<InPlace>>,
+    cx: &AssemblyContext,
+) -> Settled {
     let within = cx.timeouts.init;
+    let reverted = |reverted| Settled::Rebuild { reverted };
     let Some(answer) = answer else {
         tracing::warn!(component = %key, "In-place update cut short by shutdown; re-applying the previous metadata.");
-        revert(key, component, hook, previous.clone(), cx).await;
-        return false;
+        return reverted(revert(key, component, hook, previous.clone(), cx).await);
     };
     match answer {
-        Answer::Answered(Ok(InPlace::Applied)) => true,
-        Answer::Answered(Ok(InPlace::NeedsRebuild)) => false,
+        Answer::Answered(Ok(InPlace::Applied)) => Settled::Applied,
+        Answer::Answered(Ok(InPlace::NeedsRebuild)) => reverted(true),
         Answer::Answered(Err(err)) => {
             let err = cx.redactor.scrub(&err.to_string());
             tracing::info!(component = %key, error = %err, "In-place update refused; rebuilding.");
-            false
+            reverted(true)
         }
         Answer::TimedOut => {
             tracing::warn!(component = %key, timeout = ?within, "In-place update did not answer in time; re-applying the previous metadata, then rebuilding.");
-            revert(key, component, hook, previous.clone(), cx).await;
-            false
+            reverted(revert(key, component, hook, previous.clone(), cx).await)
         }
         Answer::Panicked(message) => {
             let message = cx.redactor.scrub(&message);
             tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
-            revert(key, component, hook, previous.clone(), cx).await;
-            false
+            reverted(revert(key, component, hook, previous.clone(), cx).await)
         }
     }
 }
@@ -725,7 +786,13 @@ pub(super) async fn revert(
 /// deadline (`CLOSE_TIMEOUT` from their start) and its reverts one init
 /// timeout: a rollback holds the reload lock for a bound per level, not
 /// one per component (100 closes that hang would hold it 100 times over).
-async fn undo(done: Vec<Step>, levels: &[Vec<ComponentKey>], cx: &AssemblyContext) {
+/// Returns the in-place updates whose previous metadata could not be
+/// re-applied.
+async fn undo(
+    done: Vec<Step>,
+    levels: &[Vec<ComponentKey>],
+    cx: &AssemblyContext,
+) -> Vec<Unreverted> {
     let level_of: HashMap<&ComponentKey, usize> = levels
         .iter()
         .enumerate()
@@ -737,6 +804,7 @@ async fn undo(done: Vec<Step>, levels: &[Vec<ComponentKey>], cx: &AssemblyContex
         let at = level_of.get(&step.running().spec.key).copied();
         by_level.entry(at.unwrap_or(0)).or_default().push(step);
     }
+    let mut unreverted = Vec::new();
     for (_, steps) in by_level.into_iter().rev() {
         let mut undoing = tokio::task::JoinSet::new();
         for step in steps {
@@ -756,22 +824,28 @@ async fn undo(done: Vec<Step>, levels: &[Vec<ComponentKey>], cx: &AssemblyContex
             undoing.spawn(undo_one(step, cx.clone()).instrument(span));
         }
         while let Some(undone) = undoing.join_next().await {
-            // Not reached: each close and revert catches its own panic.
-            if let Err(err) = undone {
-                tracing::error!(error = %err, "Undoing a step of a rolled-back reload failed.");
+            match undone {
+                Ok(undone) => unreverted.extend(undone),
+                // Not reached: each close and revert catches its own panic.
+                Err(err) => {
+                    tracing::error!(error = %err, "Undoing a step of a rolled-back reload failed.")
+                }
             }
         }
     }
+    unreverted
 }
 
-/// Undoes one step of a failed transaction.
-async fn undo_one(step: Step, cx: AssemblyContext) {
+/// Undoes one step of a failed transaction; returns the update it could
+/// not undo, if any.
+async fn undo_one(step: Step, cx: AssemblyContext) -> Option<Unreverted> {
     match step {
-        Step::Kept(_) => {}
+        Step::Kept(_) => None,
         Step::Built { running, .. } => {
             let assembled = &running.assembled;
             let closed = close_one(&running.spec.key, &assembled.instance, &assembled.shutdown);
             cx.count(closed.await);
+            None
         }
         Step::InPlace {
             running,
@@ -780,20 +854,28 @@ async fn undo_one(step: Step, cx: AssemblyContext) {
         } => {
             drop(pending);
             tracing::info!(component = %running.spec.key, "Staged in-place update discarded.");
+            None
         }
         // Never made: `undo` tells its span it was kept.
         Step::InPlace {
             update: Update::AtCommit(_),
             ..
-        } => {}
+        } => None,
         Step::InPlace {
             running,
             update: Update::InForce,
             previous,
             hook,
         } => {
+            let key = &running.spec.key;
             let component = running.assembled.instance.component();
-            revert(&running.spec.key, component, hook, previous, &cx).await;
+            let reverted = revert(key, component, hook, previous, &cx).await;
+            let Running { spec, assembled } = running;
+            (!reverted).then(|| Unreverted {
+                key: spec.key.clone(),
+                instance: assembled.instance,
+                tried: assembled.resolved,
+            })
         }
     }
 }

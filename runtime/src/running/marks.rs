@@ -16,13 +16,40 @@ use crate::component::ComponentKey;
 pub(crate) const FORCED_RETRIES: u32 = 3;
 
 /// One component's mark: how many retries of it failed in a row since it
-/// was marked.
+/// was marked, and why it was.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Mark {
     failed_retries: u32,
+    cause: MarkCause,
+}
+
+/// Why a component is not as declared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum MarkCause {
+    /// An update of it failed at a commit and its previous declaration
+    /// could not be put back: it runs its previous values under its new
+    /// declaration (see [`RunningSet::restore`](super::RunningSet::restore)).
+    #[default]
+    PutBack,
+    /// A reload that rolled back could not re-apply its previous metadata:
+    /// it may run with part of the new values under its previous
+    /// declaration (see
+    /// [`RunningSet::keep_tried`](super::RunningSet::keep_tried)).
+    Unreverted,
 }
 
 impl Mark {
+    /// `self` (the mark a component had, or a new one) once a rolled-back
+    /// reload could not re-apply its previous metadata: its failed retries
+    /// are kept.
+    #[must_use]
+    pub(crate) fn unreverted(self) -> Self {
+        Self {
+            cause: MarkCause::Unreverted,
+            ..self
+        }
+    }
+
     /// How many retries failed in a row.
     #[cfg(test)]
     pub(crate) fn failed_retries(self) -> u32 {
@@ -52,7 +79,10 @@ impl Mark {
     /// What a component's status says of its mark.
     pub(crate) fn status_note(self) -> String {
         let retried = self.retried();
-        format!("an update of it failed and could not be put back: it runs its previous values under its new declaration; {retried}")
+        match self.cause {
+            MarkCause::PutBack => format!("an update of it failed and could not be put back: it runs its previous values under its new declaration; {retried}"),
+            MarkCause::Unreverted => format!("a reload that rolled back could not re-apply its previous metadata: it may run with part of the new values under its previous declaration; {retried}"),
+        }
     }
 
     /// The mark after one more failed retry.
@@ -60,6 +90,7 @@ impl Mark {
     pub(crate) fn failed_again(self) -> Self {
         Self {
             failed_retries: self.failed_retries.saturating_add(1),
+            ..self
         }
     }
 }

@@ -2,7 +2,9 @@
 //! component that kept its instance but not the change the reload
 //! recorded for it (a staged in-place update that panicked when applied),
 //! so what the running set says runs is what runs, and the next reload of
-//! the same candidate sees the change again instead of nothing.
+//! the same candidate sees the change again instead of nothing. And, after
+//! a reload that rolled back, recording an update it could not undo
+//! ([`RunningSet::keep_tried`]).
 
 use std::sync::Arc;
 
@@ -10,6 +12,7 @@ use super::{Components, Mark, Running, RunningLayers, RunningSet, WatchPlan};
 use crate::component::ComponentKey;
 use crate::config::{ComponentSpec, DependencyGraph, ValidConfig};
 use crate::handle::Instance;
+use crate::metadata::Metadata;
 use crate::redact::HeldSecrets;
 
 impl RunningSet {
@@ -178,6 +181,46 @@ impl RunningSet {
         let plan = WatchPlan::of(number, &state.config, &state.layers, &state.components);
         let plan = plan.keeping_tried(key, &self.plan.borrow());
         self.plan.send_replace(Arc::new(plan));
+    }
+
+    /// After a reload that rolled back could not re-apply the previous
+    /// metadata of `key`'s in-place update on `instance`: records its
+    /// entry as running `tried` (the metadata the update tried, its secret
+    /// values held with it), still holding the values it ran with before
+    /// (the instance may use part of each), under the declaration in
+    /// force, and marks it not as declared (its mark's failed retries
+    /// kept, if it had one). So what is recorded is what may run, and the
+    /// next reload re-resolves it and applies its declaration again, even
+    /// one of the very configuration that runs (a diff sees no change).
+    /// No generation is published (the instance did not change), nor a
+    /// watch plan. Returns whether it was recorded: not once the set is
+    /// closed, nor when the key no longer runs `instance`.
+    pub(crate) fn keep_tried(
+        &self,
+        key: &ComponentKey,
+        instance: &Instance,
+        tried: Metadata,
+    ) -> bool {
+        let mut state = self.state();
+        if state.closed {
+            return false;
+        }
+        let Some(current) = state.components.get(key) else {
+            return false;
+        };
+        if !current.assembled.instance.same_as(instance) {
+            return false;
+        }
+        let mut kept = Running::clone(current);
+        let ran = kept.assembled.resolved.held_secrets();
+        kept.assembled.resolved = tried;
+        kept.assembled.resolved.hold_secrets(ran);
+        let mut components = Components::clone(&state.components);
+        components.insert(key.clone(), Arc::new(kept));
+        state.components = Arc::new(components);
+        let mark = state.not_as_declared.get(key).unwrap_or_default();
+        state.not_as_declared.insert(key.clone(), mark.unreverted());
+        true
     }
 
     /// Makes the running entry of `key`, while it runs `instance`, hold
