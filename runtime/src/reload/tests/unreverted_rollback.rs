@@ -267,13 +267,21 @@ async fn an_update_a_rollback_could_not_undo_is_recorded_held_and_applied_again_
         failed.notes
     );
     reloader.keep_unreverted(failed.unreverted);
+    recorded_held_and_applied_again(&reloader, &redactor).await;
+}
 
+/// After a rollback that could not undo `custom/h`'s update (rev 2, the
+/// new password), kept with [`Reloader::keep_unreverted`]: what is
+/// recorded is what may run, both passwords stay held past `redactor`'s
+/// grace (50 ms), and reloading the original configuration applies it
+/// again. Shuts `reloader` down.
+async fn recorded_held_and_applied_again(reloader: &Arc<Reloader>, redactor: &Redactor) {
     // What is recorded is what may run: the tried rev, marked.
-    assert_eq!(served_rev(&reloader), 2);
-    assert_eq!(recorded_rev(&reloader), Some(2));
+    assert_eq!(served_rev(reloader), 2);
+    assert_eq!(recorded_rev(reloader), Some(2));
     let marked = reloader.running().snapshot().not_as_declared;
     assert_eq!(marked.keys(), BTreeSet::from([h()]));
-    let (_, statuses) = reloader.running().statuses(&redactor).await;
+    let (_, statuses) = reloader.running().statuses(redactor).await;
     let status = statuses.iter().find(|s| s.name == "h");
     let note = status
         .and_then(|s| s.not_as_declared.clone())
@@ -285,7 +293,7 @@ async fn an_update_a_rollback_could_not_undo_is_recorded_held_and_applied_again_
 
     // Both values stay held past the redactor's grace: the instance may
     // use either.
-    past_the_grace(&redactor).await;
+    past_the_grace(redactor).await;
     for value in [OLD_PASSWORD, NEW_PASSWORD] {
         assert_eq!(redactor.scrub(value), "[redacted]", "{value} forgotten");
     }
@@ -302,8 +310,8 @@ async fn an_update_a_rollback_could_not_undo_is_recorded_held_and_applied_again_
         "{:?}",
         record.actions
     );
-    assert_eq!(served_rev(&reloader), 1);
-    assert_eq!(recorded_rev(&reloader), Some(1));
+    assert_eq!(served_rev(reloader), 1);
+    assert_eq!(recorded_rev(reloader), Some(1));
     assert!(reloader
         .running()
         .snapshot()
