@@ -441,15 +441,17 @@ impl StateOps<'_> {
         }
     }
 
-    /// Deletes one key (at its etag, when given).
+    /// Deletes one key (at its etag, when given; at an etag it is not
+    /// retried, see `retry_rule`).
     pub async fn delete(&self, request: DeleteRequest) -> Result<(), StateOpError> {
         self.check_single_key(&request.key)?;
         let key = echoed(&request.key).into_owned();
+        let retries = retry_rule::delete(std::slice::from_ref(&request));
         let store = &self.store;
         self.call
             .guarded(
                 self.target(),
-                retry_rule::IDEMPOTENT,
+                retries,
                 request,
                 |r| store.delete(r),
                 StateError::Backend,
@@ -481,11 +483,12 @@ impl StateOps<'_> {
                 None => Ok(()),
             },
             _ => {
+                let retries = retry_rule::delete(&deletes);
                 let store = &self.store;
                 self.call
                     .guarded(
                         self.target(),
-                        retry_rule::IDEMPOTENT,
+                        retries,
                         deletes,
                         |d| store.bulk_delete(d),
                         StateError::Backend,
