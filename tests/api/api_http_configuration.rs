@@ -62,6 +62,25 @@ async fn get_keys_in_dapr_shape_on_both_paths() {
     sidecar.stop().await;
 }
 
+/// An empty `key=` is a key like any other, as Dapr passes it to the
+/// store: `?key=` finds nothing (204, Dapr's `respondWithEmpty`), and
+/// `?key=&key=mode` finds only `mode`; only no `key` at all is every key
+/// (failed before the fix: empty values were dropped, so `?key=` answered
+/// the whole store).
+#[tokio::test]
+async fn an_empty_key_parameter_is_a_key_not_every_key() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let client = Client::new();
+    let base = format!("{}/v1.0/configuration/settings", sidecar.http_url());
+    let empty = get(&client, format!("{base}?key=")).await;
+    assert_eq!(empty.status(), StatusCode::NO_CONTENT);
+    assert_eq!(empty.text().await.expect("body"), "");
+    let one = body_json(get(&client, format!("{base}?key=&key=mode")).await).await;
+    assert_eq!(one.as_object().map(|o| o.len()), Some(1), "{one}");
+    assert_eq!(one["mode"]["value"], "fast");
+    sidecar.stop().await;
+}
+
 /// Dapr's current answer (`Configuration(name).StoreNotFound()`): 500
 /// (failed before the fix: 400, Dapr's answer before its standardized
 /// configuration errors).

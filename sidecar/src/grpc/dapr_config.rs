@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 
-use rewire_runtime::ConfigQuery;
+use rewire_runtime::{echoed, ConfigQuery};
 use tonic::Status;
 
 use super::open_subscriptions::UnsubscribeError;
@@ -81,9 +81,10 @@ fn subscribe_status(err: ConfigOpError) -> Status {
     }
 }
 
-/// `UnsubscribeConfiguration`: ends the stream of subscription `id`; when
-/// the connection `peer` has none, an answer (not an error status) with
-/// `ok = false` and Dapr's message.
+/// `UnsubscribeConfiguration`: ends the stream of subscription `id`,
+/// whichever connection `peer` asks (as Dapr: a pooled channel spreads a
+/// client's calls over several); when no such subscription is open, an
+/// answer (not an error status) with `ok = false` and Dapr's message.
 pub(super) fn unsubscribe(
     call: &Call,
     subscriptions: &Subscriptions,
@@ -106,8 +107,9 @@ pub(super) fn unsubscribe(
 }
 
 /// Dapr's message for a failed unsubscribe: for an unknown id, exactly
-/// Dapr's.
+/// Dapr's (the id quoted as [`echoed`]).
 fn unsubscribe_failure(id: &str, err: &UnsubscribeError) -> String {
+    let id = echoed(id);
     let reason = match err {
         UnsubscribeError::Unknown(_) => "subscription does not exist".to_string(),
         UnsubscribeError::OtherStore { .. } => err.to_string(),
@@ -157,6 +159,107 @@ mod tests {
                 changes,
             })
         }
+    }
+
+    /// A config store whose subscriptions stay open until unsubscribed
+    /// (it keeps their senders).
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "config_store", type = "test.config.held")]
+    struct HeldStore {
+        senders: std::sync::Mutex<Vec<tokio::sync::mpsc::Sender<rewire_runtime::ConfigChange>>>,
+    }
+
+    #[async_trait]
+    impl Component for HeldStore {}
+
+    #[async_trait]
+    impl ConfigStore for HeldStore {
+        async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+            Ok(Vec::new())
+        }
+
+        async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+            let (sender, changes) = tokio::sync::mpsc::channel(1);
+            let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+            senders.push(sender);
+            Ok(ConfigSubscription {
+                id: "1".into(),
+                changes,
+            })
+        }
+    }
+
+    /// A runtime whose config store `c` is of `type_name`.
+    async fn runtime_with(type_name: &str) -> Runtime {
+        let config =
+            serde_json::json!({"components": {"config_store": {"c": {"type": type_name}}}});
+        let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A client whose channel spreads its calls over several connections
+    /// subscribes on one and unsubscribes on another: `ok`, and the stream
+    /// ends (failed before the fix: `ok = false`, "subscription does not
+    /// exist", and the subscription kept delivering).
+    #[tokio::test]
+    async fn a_subscription_is_closed_from_another_connection_than_its_own() {
+        use tokio_stream::StreamExt;
+        let runtime = runtime_with("test.config.held").await;
+        let metrics = Arc::new(ApiMetrics::new());
+        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, metrics);
+        let call = || Call::new(&runtime, StoreLabel::default());
+        let subscriber: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
+        let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
+        let request = request(vec!["k".into()]);
+        let mut stream = subscribe(call(), &subscriptions, request, Some(subscriber))
+            .await
+            .unwrap_or_else(|s| panic!("{s}"));
+        let id = testkit::soon("the subscription id", stream.next())
+            .await
+            .and_then(Result::ok)
+            .expect("the first message")
+            .id;
+        let unsubscribe_request = pb::UnsubscribeConfigurationRequest {
+            store_name: "c".into(),
+            id,
+        };
+        let answer = unsubscribe(&call(), &subscriptions, unsubscribe_request, Some(other));
+        assert_eq!((answer.ok, answer.message.as_str()), (true, ""));
+        let next = testkit::soon("the stream's end", stream.next()).await;
+        assert!(next.is_none(), "the stream ends: {next:?}");
+        runtime.shutdown().await;
+    }
+
+    /// An unknown id is quoted cut in the answer's message (a request may
+    /// carry megabytes of id).
+    #[tokio::test]
+    async fn an_unknown_id_is_quoted_cut() {
+        let runtime = runtime_with("test.config.held").await;
+        let metrics = Arc::new(ApiMetrics::new());
+        let subscriptions = Subscriptions::new(CancellationToken::new(), 1 << 20, metrics);
+        let id = format!("x\n{}", "y".repeat(100_000));
+        let unsubscribe_request = pb::UnsubscribeConfigurationRequest {
+            store_name: "c".into(),
+            id: id.clone(),
+        };
+        let call = Call::new(&runtime, StoreLabel::default());
+        let answer = unsubscribe(&call, &subscriptions, unsubscribe_request, None);
+        assert!(!answer.ok);
+        assert!(
+            answer.message.len() < 1_000,
+            "{} bytes",
+            answer.message.len()
+        );
+        let quoted = echoed(&id);
+        assert_eq!(
+            answer.message,
+            format!("failed to unsubscribe to configuration request {quoted}: subscription does not exist")
+        );
+        runtime.shutdown().await;
     }
 
     fn request(keys: Vec<String>) -> pb::SubscribeConfigurationRequest {

@@ -304,11 +304,16 @@ async fn add_within(
     let store_name = req.store_name.clone();
     tokio::time::timeout(timeout, add(call, stream, req))
         .await
-        .unwrap_or_else(|_| {
-            Err(Status::deadline_exceeded(format!(
-                "Layotto configuration subscription to store `{store_name}` was not in place within {timeout:?} (request_timeout)"
-            )))
-        })
+        .unwrap_or_else(|_| Err(not_in_place(&store_name, timeout)))
+}
+
+/// `DEADLINE_EXCEEDED` for a subscription to `store_name` (the client's
+/// text, quoted as [`echoed`]) not in place within `timeout`.
+fn not_in_place(store_name: &str, timeout: std::time::Duration) -> Status {
+    Status::deadline_exceeded(format!(
+        "Layotto configuration subscription to store `{}` was not in place within {timeout:?} (request_timeout)",
+        echoed(store_name)
+    ))
 }
 
 /// Subscribes as `req` asks and forwards its changes to the stream's
@@ -436,5 +441,34 @@ fn item_of(item: ConfigItem) -> pb::ConfigurationItem {
         label: item.label.unwrap_or_default(),
         tags,
         metadata: item.metadata,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store name of any length is quoted cut in the timeout's message
+    /// (failed before the fix: quoted whole, 100 KB in a `grpc-message`).
+    #[test]
+    fn a_subscription_not_in_place_quotes_the_store_name_cut() {
+        let name = format!("s\n{}", "x".repeat(100_000));
+        let status = not_in_place(&name, std::time::Duration::from_secs(5));
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            status.message().len() < 1_000,
+            "{} bytes",
+            status.message().len()
+        );
+        assert!(
+            status.message().contains(&*echoed(&name)),
+            "{}",
+            status.message()
+        );
+        let short = not_in_place("cfg", std::time::Duration::from_secs(5));
+        assert_eq!(
+            short.message(),
+            "Layotto configuration subscription to store `cfg` was not in place within 5s (request_timeout)"
+        );
     }
 }

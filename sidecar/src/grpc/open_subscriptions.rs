@@ -4,6 +4,12 @@
 //! no caller can predict, the store it is on, the connection that opened it
 //! (when the protocol has one) and the token that ends it.
 //!
+//! Any caller holding the id may close the subscription, as Dapr lets it:
+//! the id's 128 unpredictable bits are what guards it, not the connection.
+//! A client's channel may spread its calls over several HTTP/2
+//! connections (a pooled channel, a proxy), so the unsubscribe often comes
+//! on another connection than the subscribe did.
+//!
 //! A place is booked before the subscription is started ([`Booking`]) and
 //! held by one owner from then on: the booking, given back when dropped
 //! unstarted, then the started subscription's [`Place`], given back when
@@ -15,12 +21,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use rewire_runtime::echoed;
 use tokio_util::sync::CancellationToken;
 
-/// Why an unsubscribe did nothing.
+/// Why an unsubscribe did nothing (the caller's id and store quoted as
+/// [`echoed`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UnsubscribeError {
-    /// No open subscription of the caller has that id.
+    /// No open subscription has that id.
     #[error("subscription `{0}` does not exist")]
     Unknown(String),
     /// The subscription is on another store.
@@ -65,10 +73,11 @@ impl OpenSubscriptions {
         }
     }
 
-    /// Books a new subscription on `store` for `owner` (only that caller
-    /// may close it): its id (`{store}-` and 128 unpredictable bits) and
-    /// the token cancelled when it is closed or the server shuts down. The
-    /// place is given back when the booking is dropped unstarted.
+    /// Books a new subscription on `store` opened by `owner` (any caller
+    /// holding the id may close it, see [`close`](Self::close)): its id
+    /// (`{store}-` and 128 unpredictable bits) and the token cancelled when
+    /// it is closed or the server shuts down. The place is given back when
+    /// the booking is dropped unstarted.
     pub(crate) fn add(&self, store: &str, owner: Option<SocketAddr>) -> Result<Booking, Full> {
         let id = format!("{store}-{}", self.unguessable());
         let cancel = self.shutdown.child_token();
@@ -92,9 +101,11 @@ impl OpenSubscriptions {
         })
     }
 
-    /// Ends subscription `id` for `caller`; when `store` is not empty it
-    /// must be the subscription's store. Another caller is told the id
-    /// does not exist.
+    /// Ends subscription `id`, asked by the connection `caller`; when
+    /// `store` is not empty it must be the subscription's store. Any
+    /// caller may close it (the id is the secret, as in Dapr): a client's
+    /// calls may come over several connections. Its place is free at once
+    /// (the give-back of its [`Place`] then finds nothing left).
     pub(crate) fn close(
         &self,
         store: &str,
@@ -102,16 +113,18 @@ impl OpenSubscriptions {
         caller: Option<SocketAddr>,
     ) -> Result<(), UnsubscribeError> {
         let mut open = self.lock();
-        match open.get(id) {
-            None => return Err(UnsubscribeError::Unknown(id.to_string())),
-            Some(o) if o.owner != caller => return Err(UnsubscribeError::Unknown(id.to_string())),
-            Some(o) if !store.is_empty() && o.store != store => {
-                return Err(UnsubscribeError::OtherStore {
-                    id: id.to_string(),
-                    store: store.to_string(),
-                })
-            }
-            Some(_) => {}
+        let Some(found) = open.get(id) else {
+            return Err(UnsubscribeError::Unknown(echoed(id).into_owned()));
+        };
+        if !store.is_empty() && found.store != store {
+            return Err(UnsubscribeError::OtherStore {
+                id: echoed(id).into_owned(),
+                store: echoed(store).into_owned(),
+            });
+        }
+        if found.owner != caller {
+            // The id is one of ours (found above), so safe to log whole.
+            tracing::debug!(id, owner = ?found.owner, ?caller, "Configuration subscription closed from another connection than the one that opened it.");
         }
         if let Some(o) = open.remove(id) {
             o.cancel.cancel();
@@ -202,10 +215,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_unpredictable_bounded_in_number_and_closed_only_by_their_owner() {
+    fn ids_are_unpredictable_bounded_in_number_and_checked_against_their_store() {
         let book = OpenSubscriptions::new(CancellationToken::new(), 2);
         let owner: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
-        let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
         let Started {
             id: one,
             cancel: one_cancel,
@@ -217,10 +229,6 @@ mod tests {
         assert!(one.len() >= "config-".len() + 32, "{one}");
         assert_eq!(book.add("config", None).err(), Some(Full(2)));
         assert_eq!(
-            book.close("config", &one, Some(other)),
-            Err(UnsubscribeError::Unknown(one.clone()))
-        );
-        assert_eq!(
             book.close("other", &one, Some(owner)),
             Err(UnsubscribeError::OtherStore {
                 id: one.clone(),
@@ -231,8 +239,54 @@ mod tests {
         assert_eq!(book.close("", &one, Some(owner)), Ok(()));
         assert!(one_cancel.is_cancelled());
         assert_eq!(book.len(), 1);
+        assert_eq!(
+            book.close("", &one, Some(owner)),
+            Err(UnsubscribeError::Unknown(one.clone()))
+        );
         drop(two);
         assert_eq!(book.len(), 0);
+    }
+
+    /// A client whose calls spread over several connections (a pooled
+    /// channel, a proxy) subscribes on one and unsubscribes on another:
+    /// the subscription ends and its place is free, as in Dapr (failed
+    /// before the fix: told the id does not exist, and it kept
+    /// delivering).
+    #[test]
+    fn any_connection_holding_the_id_closes_the_subscription() {
+        let book = OpenSubscriptions::new(CancellationToken::new(), 1);
+        let subscriber: SocketAddr = "127.0.0.1:4000".parse().expect("addr");
+        let other: SocketAddr = "127.0.0.1:4001".parse().expect("addr");
+        let started = book
+            .add("config", Some(subscriber))
+            .expect("room")
+            .started();
+        assert_eq!(book.close("config", &started.id, Some(other)), Ok(()));
+        assert!(started.cancel.is_cancelled(), "the subscription ends");
+        assert_eq!(book.len(), 0, "its place is free at once");
+        let again = book.add("config", None).expect("room again").started();
+        assert_eq!(book.close("config", &again.id, None), Ok(()));
+        drop(started.place);
+        assert_eq!(book.len(), 0, "the late give-back finds nothing");
+    }
+
+    /// An unknown id or store is quoted cut (a path or request may carry
+    /// megabytes, and the message is logged and answered).
+    #[test]
+    fn an_unknown_id_or_store_is_quoted_cut() {
+        let book = OpenSubscriptions::new(CancellationToken::new(), 1);
+        let long = format!("x\n{}", "y".repeat(10_000));
+        let Err(UnsubscribeError::Unknown(quoted)) = book.close("", &long, None) else {
+            panic!("an unknown id");
+        };
+        assert_eq!(quoted, echoed(&long));
+        assert!(quoted.len() < 1_000, "{} bytes", quoted.len());
+        let started = book.add("config", None).expect("room").started();
+        let Err(UnsubscribeError::OtherStore { store, .. }) = book.close(&long, &started.id, None)
+        else {
+            panic!("another store");
+        };
+        assert!(store.len() < 1_000, "{} bytes", store.len());
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use rewire_runtime::{ConfigItem, ConfigQuery};
+use rewire_runtime::{echoed, ConfigItem, ConfigQuery};
 
 use super::error::HttpError;
 use super::input::{query_pairs, query_value, request_metadata, QueryPairs};
@@ -101,11 +101,14 @@ fn json_bytes(item: &ConfigItem) -> usize {
 }
 
 /// The query of `key`, `group`, `label` and `metadata.*` parameters.
+/// Every `key` is kept, an empty one too (Dapr passes `key=` to the store,
+/// which finds no such key): only no `key` parameter at all means every
+/// key.
 fn config_query(pairs: &[(String, String)], store_name: &str) -> Result<ConfigQuery, HttpError> {
     Ok(ConfigQuery {
         keys: pairs
             .iter()
-            .filter(|(k, v)| k == "key" && !v.is_empty())
+            .filter(|(k, _)| k == "key")
             .map(|(_, v)| v.clone())
             .collect(),
         group: query_value(pairs, "group").map(str::to_string),
@@ -192,21 +195,125 @@ pub async fn unsubscribe(
     PathParams((store_name, id)): PathParams<(String, String)>,
 ) -> Result<Response, HttpError> {
     call.config_store(&store_name)?;
-    if let Err(err) = updates.close(&store_name, &id) {
-        let message = unsubscribe_failure(&id, &err);
-        tracing::debug!(code = "ERR_CONFIGURATION_UNSUBSCRIBE", %message, "HTTP call failed.");
-        let body = Json(json!({ "message": message }));
-        return Ok((StatusCode::INTERNAL_SERVER_ERROR, body).into_response());
+    match updates.close(&store_name, &id) {
+        Ok(()) => Ok(Json(json!({ "ok": true })).into_response()),
+        Err(err) => Ok(unsubscribe_failed(&id, &err)),
     }
-    Ok(Json(json!({ "ok": true })).into_response())
+}
+
+/// Dapr's 500 with `{"message"}` for a failed unsubscribe, logged at debug
+/// level. The id comes from the request path (any text, `%0A` included):
+/// the message quotes it as [`echoed`], and the log line shows the message
+/// escaped (`?`), so one id can neither forge log lines nor fill them.
+fn unsubscribe_failed(id: &str, err: &CloseError) -> Response {
+    let message = unsubscribe_failure(id, err);
+    tracing::debug!(code = "ERR_CONFIGURATION_UNSUBSCRIBE", message = ?message, "HTTP call failed.");
+    let body = Json(json!({ "message": message }));
+    (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
 }
 
 /// Dapr's message for a failed unsubscribe; an unknown id is told as
-/// Dapr's configuration stores (redis, postgres) tell it.
+/// Dapr's configuration stores (redis, postgres) tell it. The id is
+/// quoted as [`echoed`].
 fn unsubscribe_failure(id: &str, err: &CloseError) -> String {
+    let id = echoed(id);
     let reason = match err {
         CloseError::Unknown(_) => format!("subscription with id {id} does not exist"),
         CloseError::OtherStore { .. } => err.to_string(),
     };
     format!("failed to unsubscribe to configuration request {id}: {reason}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::*;
+
+    /// What the log writer wrote.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            written.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn pairs(query: &[(&str, &str)]) -> Vec<(String, String)> {
+        query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// `key=` is a key (the store finds none), not "every key"; only no
+    /// `key` parameter at all is every key. The subscribe route takes its
+    /// keys here too (failed before the fix: `key=` was dropped, so
+    /// `subscribe?key=` subscribed to every key).
+    #[test]
+    fn an_empty_key_is_kept_and_only_no_key_is_every_key() {
+        let keys = |query: &[(&str, &str)]| {
+            config_query(&pairs(query), "cfg")
+                .unwrap_or_else(|e| panic!("{e}"))
+                .keys
+        };
+        assert_eq!(keys(&[("key", "")]), vec![String::new()]);
+        assert_eq!(keys(&[("key", ""), ("key", "a")]), vec!["", "a"]);
+        assert!(keys(&[("group", "g")]).is_empty());
+    }
+
+    /// An unsubscribe id from the path (`%0A` decoded, any length) is
+    /// quoted cut in the answer, and its log line is one escaped line of
+    /// bounded length (failed before the fix: quoted whole, and logged
+    /// raw, so one id could forge log lines).
+    #[tokio::test]
+    async fn an_unknown_unsubscribe_id_is_answered_cut_and_logged_on_one_line() {
+        let forged = "2025-01-01T00:00:00.000000Z  INFO rewire: Reload finished.";
+        let id = format!("x\n{forged}\r\n{}", "y".repeat(100_000));
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let response = tracing::subscriber::with_default(subscriber, || {
+            unsubscribe_failed(&id, &CloseError::Unknown(echoed(&id).into_owned()))
+        });
+
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("the body");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        let message = body["message"].as_str().expect("a message");
+        let quoted = echoed(&id);
+        assert_eq!(
+            message,
+            format!(
+                "failed to unsubscribe to configuration request {quoted}: subscription with id {quoted} does not exist"
+            )
+        );
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+
+        let written = captured.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let logged = String::from_utf8_lossy(&written);
+        let lines: Vec<&str> = logged.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {logged:.500}");
+        assert!(
+            lines[0].contains("ERR_CONFIGURATION_UNSUBSCRIBE"),
+            "{logged:.500}"
+        );
+        assert!(lines[0].contains(r"x\n2025-01-01"), "{logged:.500}");
+        assert!(lines[0].len() < 2_000, "{} bytes", lines[0].len());
+    }
 }
