@@ -5,7 +5,8 @@
 //! the prefix, named without it. Variables are read at each request, so
 //! nothing is cached; a change of metadata is applied in place.
 //!
-//! The sidecar's own tokens are never served, whatever the prefix (see
+//! The sidecar's own credentials (its tokens, its trace exporter's
+//! headers) are never served, whatever the prefix (see
 //! [`is_reserved`]); `allowedSecrets` narrows the names served further.
 
 mod names;
@@ -266,6 +267,43 @@ mod tests {
                 .filter(|v| ["admin", "app"].contains(&v.expose()))
                 .collect();
             assert!(leaked.is_empty(), "prefix `{prefix}` served a token");
+        }
+    }
+
+    /// `OTEL_EXPORTER_OTLP_HEADERS` carries the trace exporter's API key
+    /// (`x-honeycomb-team=…`): neither a get nor the bulk read serves it.
+    #[tokio::test]
+    async fn the_exporter_headers_are_never_served_whatever_the_prefix() {
+        set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hc-key");
+        set_var(
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            "authorization=Bearer tr-key",
+        );
+        for prefix in ["", "OTEL_", "OTEL_EXPORTER_OTLP_"] {
+            let store = EnvSecretStore::new(EnvSecretMetadata::with_prefix(prefix));
+            for variable in [
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            ] {
+                let name = variable.strip_prefix(prefix).unwrap_or(variable);
+                let got = store.get_secret(name, &HashMap::new()).await;
+                assert_eq!(got, empty(name), "{prefix}");
+                let by_ref = store.get_secret_for_ref(name).await;
+                assert_eq!(by_ref, Err(SecretError::NotFound(name.to_string())));
+            }
+            let all = store
+                .bulk_get_secret(&HashMap::new())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let leaked: Vec<_> = all
+                .values()
+                .flat_map(|m| m.values())
+                .filter(|v| v.expose().contains("-key"))
+                .collect();
+            assert!(
+                leaked.is_empty(),
+                "prefix `{prefix}` served exporter headers"
+            );
         }
     }
 
