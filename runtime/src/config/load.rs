@@ -443,8 +443,79 @@ fn component_message(err: &MetadataError) -> String {
                 "unknown field `{field}` (expected type, metadata, componentRef, secretRef, configurationRef)"
             ),
         },
+        MetadataError::Invalid { field, message } if holds_values(field) => {
+            format!("field `{field}`: {}", without_value(message))
+        }
         MetadataError::Invalid { field, message } => format!("field `{field}`: {message}"),
     }
+}
+
+/// Whether the body field at `path` holds configuration values, secrets
+/// among them (`metadata`, and anything inside it): a wrong type there
+/// may quote a password (`"metadata": "redisPassword=hunter2"`). The refs
+/// and scopes hold names, quoted as they are.
+fn holds_values(path: &str) -> bool {
+    path.strip_prefix("metadata")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+}
+
+/// serde's `invalid type: string "…", expected a map` said without the
+/// value: `expected a map, got a string`. A message quoting a value in
+/// another form (`integer `5``, `invalid value: …`) loses the value too;
+/// one quoting none (`invalid type: sequence, …`) is kept as it is.
+fn without_value(message: &str) -> String {
+    let (said, rest) = if let Some(rest) = message.strip_prefix("invalid type: ") {
+        ("type", rest)
+    } else if let Some(rest) = message.strip_prefix("invalid value: ") {
+        ("value", rest)
+    } else {
+        return message.to_string();
+    };
+    let Some((kind, expected)) = value_quoted(rest) else {
+        return message.to_string();
+    };
+    let got = format!(
+        "{} {kind}",
+        if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        }
+    );
+    match (said, expected) {
+        ("type", Some(expected)) => format!("expected {expected}, got {got}"),
+        ("type", None) => format!("invalid type: {got} (the value is not shown)"),
+        (_, Some(expected)) => format!("invalid value ({got}, not shown), expected {expected}"),
+        (_, None) => format!("invalid value ({got}, not shown)"),
+    }
+}
+
+/// Of serde's `<kind> <value>, expected <what>` (the value `"…"`, as a
+/// Rust string literal, or in backticks): the kind and, when found, what
+/// was expected. `None` when no value is quoted.
+fn value_quoted(rest: &str) -> Option<(&str, Option<&str>)> {
+    const EXPECTED: &str = ", expected ";
+    if let Some(literal) = rest.strip_prefix("string \"") {
+        // Up to the closing quote; `\"` and `\\` inside are escapes.
+        let mut chars = literal.char_indices();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => return Some(("string", literal[at + 1..].strip_prefix(EXPECTED))),
+                _ => {}
+            }
+        }
+        return Some(("string", None));
+    }
+    let (kind, value) = rest.split_once(" `")?;
+    // A value in backticks (a number, a boolean, a character): what was
+    // expected follows its closing backtick.
+    let expected = value
+        .find(&format!("`{EXPECTED}"))
+        .map(|at| &value[at + 1 + EXPECTED.len()..]);
+    Some((kind, expected))
 }
 
 mod component;

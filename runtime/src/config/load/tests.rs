@@ -183,3 +183,52 @@ fn a_component_given_twice_is_said_beside_the_other_problems() {
         ["`components.state` given twice (only one is allowed)"]
     );
 }
+
+/// `metadata` given as a string (a password written inline by mistake) is
+/// said to be the wrong type without its value, naming the component and
+/// the field. Before: serde's message quoted it (`invalid type: string
+/// "redisPassword=hunter2", expected a map`).
+#[test]
+fn a_metadata_of_the_wrong_type_is_said_without_its_value() {
+    let said = problems(
+        r#"{"components": {"state": {"cache": {"type": "redis",
+            "metadata": "redisPassword=hunter2 \"quoted\", expected x"}}}}"#,
+    );
+    assert_eq!(
+        said,
+        ["state/cache: field `metadata`: expected a map, got a string"]
+    );
+    let number = problems(r#"{"components": {"state": {"cache": {"metadata": 12345}}}}"#);
+    assert_eq!(
+        number,
+        ["state/cache: field `metadata`: expected a map, got an integer"]
+    );
+    // No value quoted: said as serde says it.
+    let list = problems(r#"{"components": {"state": {"cache": {"metadata": ["a"]}}}}"#);
+    assert_eq!(
+        list,
+        ["state/cache: field `metadata`: invalid type: sequence, expected a map"]
+    );
+}
+
+#[test]
+fn a_value_is_left_out_of_every_form_of_serde_message() {
+    assert_eq!(
+        without_value(r#"invalid value: string "a\"b\\", expected one of `x`"#),
+        "invalid value (a string, not shown), expected one of `x`"
+    );
+    assert_eq!(
+        without_value("invalid type: boolean `true`, expected a map"),
+        "expected a map, got a boolean"
+    );
+    assert_eq!(
+        without_value(r#"invalid type: string "unterminated"#),
+        "invalid type: a string (the value is not shown)"
+    );
+    assert_eq!(
+        without_value("required but missing"),
+        "required but missing"
+    );
+    assert!(holds_values("metadata") && holds_values("metadata.x"));
+    assert!(!holds_values("metadataX") && !holds_values("secretRef"));
+}
