@@ -107,7 +107,10 @@ pub async fn apply_command(args: ApplyArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     let key = format!("{}/{}", args.kind, args.name);
-    match send(args).await {
+    // Every failure is shown with its control characters escaped (it may
+    // quote the sidecar, a proxy or a TLS peer), as the answers are.
+    let failed = send(args).await.map_err(Failed::escaped);
+    match failed {
         Ok(answer) => print_answer(&key, answer),
         Err(Failed::Refused(error)) => {
             eprintln!("error: {error}");
@@ -156,6 +159,20 @@ enum Failed {
     /// deadline passed, an internal error, an `UNAVAILABLE` from a proxy):
     /// the outcome is unknown.
     Unknown(String),
+}
+
+impl Failed {
+    /// The same failure, its text's control characters escaped (see
+    /// [`one_line`](super::remote::one_line)).
+    fn escaped(self) -> Self {
+        use super::remote::one_line;
+        match self {
+            Failed::Refused(text) => Failed::Refused(one_line(&text)),
+            Failed::Unanswered(text) => Failed::Unanswered(one_line(&text)),
+            Failed::Busy(text) => Failed::Busy(one_line(&text)),
+            Failed::Unknown(text) => Failed::Unknown(one_line(&text)),
+        }
+    }
 }
 
 /// The first metadata field given twice (`-m key=a -m key=b`), said: a
@@ -238,18 +255,8 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
             // A connection made again for the call that failed (the one
             // connected first had dropped), or a stream the sidecar
             // refused unread: nothing was sent.
-            Some(cause) if never_sent(cause) => Failed::Refused(format!(
-                "{:?}: {}: {}",
-                status.code(),
-                status.message(),
-                super::remote::error_chain(cause)
-            )),
-            Some(cause) => Failed::Unanswered(format!(
-                "{:?}: {}: {}",
-                status.code(),
-                status.message(),
-                super::remote::error_chain(cause)
-            )),
+            Some(cause) if never_sent(cause) => Failed::Refused(said_with_cause(&status, cause)),
+            Some(cause) => Failed::Unanswered(said_with_cause(&status, cause)),
             None => failed_by_status(&status),
         }
     })
@@ -267,7 +274,9 @@ async fn send(args: ApplyArgs) -> Result<ApplyConfigurationResponse, Failed> {
 /// the outcome unknown.
 fn failed_by_status(status: &tonic::Status) -> Failed {
     use tonic::Code;
-    let said = format!("{:?}: {}", status.code(), status.message());
+    // tonic percent-decodes `grpc-message`: whatever bytes the sidecar or
+    // a proxy put there (an OSC 52 sequence) are escaped before shown.
+    let said = super::remote::one_line(&format!("{:?}: {}", status.code(), status.message()));
     match status.code() {
         Code::ResourceExhausted if marked(status, PUSH_BACKLOG_FULL) => Failed::Busy(said),
         Code::InvalidArgument
@@ -279,6 +288,17 @@ fn failed_by_status(status: &tonic::Status) -> Failed {
         Code::Unavailable if marked(status, RELOAD_CUT_SHORT) => Failed::Refused(said),
         _ => Failed::Unknown(said),
     }
+}
+
+/// `CODE: message: cause`, of a status made on this side, its control
+/// characters escaped (the message and the cause may quote the peer).
+fn said_with_cause(status: &tonic::Status, cause: &(dyn std::error::Error + 'static)) -> String {
+    super::remote::one_line(&format!(
+        "{:?}: {}: {}",
+        status.code(),
+        status.message(),
+        super::remote::error_chain(cause)
+    ))
 }
 
 /// `ErrorInfo` (reason, domain) the sidecar marks a push refused for its
@@ -345,7 +365,7 @@ async fn connect(addr: &str, tls: &super::client_tls::ClientTlsArgs) -> Result<C
     if let Some(config) = tls.tonic()? {
         endpoint = endpoint
             .tls_config(config)
-            .map_err(|err| format!("TLS for {url}: {err}"))?;
+            .map_err(|err| format!("TLS for {url}: {}", super::remote::error_chain(&err)))?;
     }
     // The sidecar answers a Lifecycle call by its own push timeout (queued,
     // if the reload is not done by then), which this side does not know: a
@@ -656,6 +676,38 @@ mod tests {
             tonic::Status::with_error_details(Code::Unavailable, "reload stopped", info);
         let failed = failed_by_status(&cut_short);
         assert!(matches!(failed, Failed::Refused(_)), "{failed:?}");
+    }
+
+    /// The text of a failure, whatever its kind.
+    fn failure_text(failed: &Failed) -> &str {
+        match failed {
+            Failed::Refused(t) | Failed::Unanswered(t) | Failed::Busy(t) | Failed::Unknown(t) => t,
+        }
+    }
+
+    /// A status message carrying terminal control sequences (tonic
+    /// percent-decodes `grpc-message`, so a sidecar or a proxy can send
+    /// any byte) is shown escaped, whatever the code. Before: written raw,
+    /// an OSC 52 sequence set the terminal's clipboard.
+    #[test]
+    fn control_characters_in_a_status_message_are_escaped() {
+        use tonic::Code;
+        let osc52 = "a\u{1b}]52;c;aGk=\u{7}\r\nb";
+        for code in [
+            Code::InvalidArgument,
+            Code::Internal,
+            Code::ResourceExhausted,
+        ] {
+            let failed = failed_by_status(&tonic::Status::new(code, osc52));
+            let text = failure_text(&failed);
+            assert!(!text.contains(['\u{1b}', '\u{7}', '\r', '\n']), "{text:?}");
+            assert!(text.contains(r"a\u{1b}]52;c;aGk=\u{7}\r\nb"), "{text}");
+        }
+        let cause = Wrapped("connection reset \u{1b}[2J", None);
+        let said = said_with_cause(&tonic::Status::unavailable("x\u{1b}"), &cause);
+        assert!(!said.contains('\u{1b}'), "{said:?}");
+        let escaped = Failed::Refused("TLS: \u{1b}]52;c;x\u{7}".into()).escaped();
+        assert!(!failure_text(&escaped).contains('\u{1b}'), "{escaped:?}");
     }
 
     #[test]

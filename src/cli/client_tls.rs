@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use rewire_components::tls::{ClientTlsFields, PemSource};
+use rewire_components::tls::{ClientTls, ClientTlsFields, PemSource};
 
 /// How to reach a sidecar over TLS (default: plain text).
 #[derive(Debug, Clone, Default, Args)]
@@ -42,44 +42,107 @@ impl ClientTlsArgs {
         }
     }
 
-    /// The rustls configuration for an HTTPS client (ring provider).
-    pub fn rustls(&self) -> Result<rustls::ClientConfig, String> {
-        let flags = |e: rewire_components::tls::TlsError| {
-            e.to_string()
-                .replace("metadata field `caCert`", "--tls-ca")
-                .replace("metadata field `clientCert`", "--tls-cert")
-                .replace("metadata field `clientKey`", "--tls-key")
-        };
-        let material = self.fields().load().map_err(flags)?;
-        material.rustls_config().map_err(flags)
+    /// The files read and checked, as `rustls` and `tonic` both need them:
+    /// the CA holds certificates, the client certificate and key parse and
+    /// make an identity (a key that does not match its certificate is
+    /// refused here, not at the handshake). Errors name the flags.
+    fn material(&self) -> Result<(ClientTls, rustls::ClientConfig), String> {
+        let material = self.fields().load().map_err(|e| with_flags(&e))?;
+        let config = material.rustls_config().map_err(|e| with_flags(&e))?;
+        Ok((material, config))
     }
 
-    /// The tonic TLS configuration for a gRPC client, if TLS is asked for.
+    /// The rustls configuration for an HTTPS client (ring provider).
+    pub fn rustls(&self) -> Result<rustls::ClientConfig, String> {
+        self.material().map(|(_, config)| config)
+    }
+
+    /// The tonic TLS configuration for a gRPC client, if TLS is asked for:
+    /// the same files, checked as [`rustls`](Self::rustls) checks them
+    /// (read once: the bytes checked are the bytes used).
     pub fn tonic(&self) -> Result<Option<tonic::transport::ClientTlsConfig>, String> {
         use tonic::transport::{Certificate, ClientTlsConfig, Identity};
         if self.scheme() == "http" {
             return Ok(None);
         }
-        // Bounded, regular files only: a FIFO or a device is refused.
-        let read = |path: &PathBuf, flag: &str| {
-            PemSource::File(path.clone())
-                .read("file")
-                .map_err(|e| e.to_string().replace("metadata field `file`", flag))
-        };
+        let (material, _) = self.material()?;
         // tonic bounds the TLS handshake only when told to: a peer that
         // accepts TCP and then says nothing (a stopped sidecar, a dead
         // port-forward) would hold the handshake, and `apply`, for ever.
         // Set here, it also bounds the handshake of a reconnection.
         let mut config = ClientTlsConfig::new().timeout(super::remote::CONNECT_TIMEOUT);
-        config = match &self.tls_ca {
-            Some(ca) => config.ca_certificate(Certificate::from_pem(read(ca, "--tls-ca")?)),
+        config = match material.ca_pem {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
             // The system's roots (tonic's `tls-native-roots`).
             None => config.with_native_roots(),
         };
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            let identity = Identity::from_pem(read(cert, "--tls-cert")?, read(key, "--tls-key")?);
-            config = config.identity(identity);
+        if let Some((cert, key)) = material.identity {
+            config = config.identity(Identity::from_pem(cert, key));
         }
         Ok(Some(config))
+    }
+}
+
+/// A TLS error with the component's metadata field names (`caCert`,
+/// `clientCert`, `clientKey`) said as this command's flags.
+fn with_flags(error: &rewire_components::tls::TlsError) -> String {
+    error
+        .to_string()
+        .replace(
+            "metadata fields `clientCert` and `clientKey`",
+            "--tls-cert and --tls-key",
+        )
+        .replace("metadata field `caCert`", "--tls-ca")
+        .replace("metadata field `clientCert`", "--tls-cert")
+        .replace("metadata field `clientKey`", "--tls-key")
+        .replace("set `caCert`", "set --tls-ca")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testkit::certs::TestCa;
+
+    fn flags(ca: Option<&std::path::Path>, pair: Option<(&PathBuf, &PathBuf)>) -> ClientTlsArgs {
+        ClientTlsArgs {
+            tls_ca: ca.map(PathBuf::from),
+            tls_cert: pair.map(|(cert, _)| cert.clone()),
+            tls_key: pair.map(|(_, key)| key.clone()),
+        }
+    }
+
+    /// `--tls-ca` naming a private key (no certificate in it) is refused
+    /// before connecting, naming the flag, by `apply` (tonic) as by
+    /// `status` (rustls). Before: tonic took it, and `apply` connected.
+    #[test]
+    fn a_ca_file_without_a_certificate_is_refused_naming_the_flag() {
+        let ca = TestCa::new("cli-ca-key");
+        let server = ca.server("sidecar");
+        let args = flags(Some(&server.key_path), None);
+        let tonic = args.tonic().map(|_| ()).expect_err("a key as the CA");
+        assert!(tonic.starts_with("--tls-ca"), "{tonic}");
+        assert!(!tonic.contains("PRIVATE KEY"), "{tonic}");
+        let rustls = args.rustls().map(|_| ()).expect_err("a key as the CA");
+        assert_eq!(tonic, rustls);
+    }
+
+    /// A certificate and another's key are refused before connecting,
+    /// naming both flags (not the metadata fields), by both clients.
+    /// Before: `apply` said only `transport error` at the handshake.
+    #[test]
+    fn a_certificate_and_a_key_that_do_not_match_are_refused_naming_both_flags() {
+        let ca = TestCa::new("cli-mismatch");
+        let (one, other) = (ca.client("one"), ca.client("other"));
+        let args = flags(Some(&ca.ca_path), Some((&one.cert_path, &other.key_path)));
+        let tonic = args.tonic().map(|_| ()).expect_err("mismatched pair");
+        assert!(
+            tonic.starts_with("--tls-cert and --tls-key do not make an identity"),
+            "{tonic}"
+        );
+        assert!(!tonic.contains("metadata"), "{tonic}");
+        let rustls = args.rustls().map(|_| ()).expect_err("mismatched pair");
+        assert_eq!(tonic, rustls);
+        let good = flags(Some(&ca.ca_path), Some((&one.cert_path, &one.key_path)));
+        assert!(good.tonic().is_ok_and(|c| c.is_some()));
     }
 }

@@ -149,15 +149,33 @@ pub fn init(dir: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(dir).map_err(shown)?;
     let dir = dir.canonicalize().map_err(shown)?;
     let config = dir.join("rewire.json");
-    if config.exists() {
-        return Err(format!("{} exists: not overwritten", config.display()));
+    let exists = || format!("{} exists: not overwritten", config.display());
+    // A symlink counts, even a dangling one: writing through it would
+    // create whatever file it points at.
+    if config.symlink_metadata().is_ok() {
+        return Err(exists());
     }
     data_files(&dir, CONFIG_STORE_FILE).map_err(shown)?;
     let relative = document(Path::new(CONFIG_STORE_FILE), Path::new(SECRETS_FILE));
     let mut text = serde_json::to_string_pretty(&relative).map_err(|err| err.to_string())?;
     text.push('\n');
-    std::fs::write(&config, text).map_err(|err| format!("{}: {err}", config.display()))?;
+    write_new(&config, &text).map_err(|err| match err.kind() {
+        std::io::ErrorKind::AlreadyExists => exists(),
+        _ => format!("{}: {err}", config.display()),
+    })?;
     Ok(config)
+}
+
+/// Writes `text` to a new file at `path`: an existing file or symlink
+/// (dangling too: `create_new` follows no link) is an `AlreadyExists`
+/// error, never written through.
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 /// The stores' data files under `dir` (created empty when missing): the
@@ -263,5 +281,27 @@ mod tests {
         );
         assert_eq!(foreign(1000, 0o40700, Some(1000)), None);
         assert!(foreign(1000, 0o40750, Some(1000)).is_some());
+    }
+
+    /// A `rewire.json` that is a dangling symlink is refused as an
+    /// existing file, and its target is not created. Before: `exists()`
+    /// said no (it follows the link), and the write went through the link.
+    #[test]
+    fn init_refuses_a_dangling_symlink_and_creates_no_target() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = dir.path().join("elsewhere.json");
+        let link = dir.path().join("rewire.json");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let refused = init(dir.path()).expect_err("a dangling link");
+        assert!(
+            refused.ends_with("rewire.json exists: not overwritten"),
+            "{refused}"
+        );
+        assert!(!target.exists(), "written through the link");
+        // The write itself follows no link either (a link made between
+        // the check and the write).
+        let raced = write_new(&link, "{}").expect_err("a dangling link");
+        assert_eq!(raced.kind(), std::io::ErrorKind::AlreadyExists);
+        assert!(!target.exists(), "written through the link");
     }
 }

@@ -51,7 +51,11 @@ pub async fn status_command(
         eprintln!("error: not a rewire sidecar at {http_addr}: it answered {status} (a redirect, not followed)");
         return ExitCode::FAILURE;
     }
-    match response.json::<Value>().await {
+    let body = super::remote::body_within(response, super::remote::STATUS_BODY_LIMIT).await;
+    let body = body.and_then(|bytes| {
+        serde_json::from_slice::<Value>(&bytes).map_err(|err| format!("not JSON: {err}"))
+    });
+    match body {
         Ok(body) if status.is_success() => {
             if json {
                 print_json(&body);
@@ -65,10 +69,7 @@ pub async fn status_command(
             ExitCode::FAILURE
         }
         Err(err) => {
-            eprintln!(
-                "error: the sidecar answered {status} with an unreadable body: {}",
-                super::remote::error_chain(&err)
-            );
+            eprintln!("error: the sidecar answered {status} with an unreadable body: {err}");
             ExitCode::FAILURE
         }
     }

@@ -4,6 +4,7 @@
 //! Nor does it, or the sidecar calling its app, go through a proxy named
 //! in the environment (`HTTP_PROXY`, `ALL_PROXY`): the tokens, and every
 //! event meant for the app on this host, would go to the proxy.
+//! Nor does `rewire status` read an answer without bound.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -187,4 +188,47 @@ fn the_sidecar_calls_its_app_through_no_proxy_from_the_environment() {
         asked.load(Ordering::SeqCst) > 0,
         "the app was not asked:\n{log}"
     );
+}
+
+/// A peer that streams a status body without end (no `Content-Length`)
+/// is cut off past 16 MiB: `rewire status` exits 1 naming the limit.
+/// Before: the whole body was read into memory (400 MB streamed took the
+/// CLI to 858 MB).
+#[test]
+fn status_cuts_off_a_body_larger_than_its_limit() {
+    const LIMIT: usize = 16 * 1024 * 1024;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+            .set_write_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut head = [0u8; 2048];
+        let _ = stream.read(&mut head);
+        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{\"pad\": \"");
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut sent = 0;
+        // Just past the limit; the CLI hangs up once past it.
+        while sent <= LIMIT {
+            if stream.write_all(&chunk).is_err() {
+                return;
+            }
+            sent += chunk.len();
+        }
+    });
+    let out = testkit::output(
+        std::process::Command::new(env!("CARGO_BIN_EXE_rewire"))
+            .args(["status", "--http-addr", &addr])
+            .env_remove("DAPR_API_TOKEN")
+            .env_remove("REWIRE_API_TOKEN")
+            .env_remove("REWIRE_ADMIN_TOKEN"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("larger than 16 MiB"), "{stderr}");
+    server.join().unwrap();
 }

@@ -638,3 +638,47 @@ fn unusable_tls_files_or_flags_stop_the_start_naming_them() {
     assert!(stderr.contains("do not make a server identity"), "{stderr}");
     assert!(!stderr.contains("PRIVATE KEY"), "{stderr}");
 }
+
+/// TLS flags that cannot work are refused before connecting, by `apply`
+/// as by `status`, naming the flags: a certificate with another's key
+/// (both flags named, not the metadata fields), a CA file holding only a
+/// key. Nothing listens at the address: a refusal that named the
+/// connection would mean the files were not checked first. Before: apply
+/// said only `TLS for https://…: transport error` for the pair and took
+/// the key for a CA; status named `clientCert` and `clientKey`.
+#[test]
+fn unusable_client_tls_flags_are_refused_naming_them_by_apply_and_status() {
+    let ca = TestCa::new("cli-flags-ca");
+    let (one, other) = (ca.client("one"), ca.client("other"));
+    let unused = format!("127.0.0.1:{}", free_port());
+    let mismatched = [
+        "--tls-ca",
+        path(&ca.ca_path),
+        "--tls-cert",
+        path(&one.cert_path),
+        "--tls-key",
+        path(&other.key_path),
+    ];
+    let key_as_ca = ["--tls-ca", path(&one.key_path)];
+    for (tls, said) in [
+        (
+            &mismatched[..],
+            "--tls-cert and --tls-key do not make an identity",
+        ),
+        (&key_as_ca[..], "--tls-ca"),
+    ] {
+        let mut apply = vec!["apply", "--kind", "state", "--name", "orders"];
+        apply.extend(["-m", "a=1", "--addr", &unused]);
+        apply.extend(tls);
+        let mut status = vec!["status", "--http-addr", &unused];
+        status.extend(tls);
+        for args in [apply, status] {
+            let out = rewire(&args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(stderr.contains(said), "{args:?}: {stderr}");
+            assert!(!stderr.contains("cannot reach"), "{args:?}: {stderr}");
+            assert!(!stderr.contains("metadata field"), "{args:?}: {stderr}");
+        }
+    }
+}
