@@ -7,7 +7,7 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,6 +68,7 @@ pub fn read_bounded(path: &Path, limit: usize) -> Result<Vec<u8>, FileReadError>
     if bytes.len() > limit {
         return Err(too_large());
     }
+    note_progress();
     Ok(bytes)
 }
 
@@ -95,9 +96,48 @@ fn open_regular(path: &Path) -> Result<std::fs::File, FileReadError> {
     Ok(file)
 }
 
-/// How long one read of the configuration (the file, or the file and its
-/// folder of manifests) may take before a watcher gives up on it.
+/// How long one read of the configuration file may take before a watcher
+/// gives up on it; for the configuration's sources (the file and a folder
+/// of manifests), how long one step of the read (a file read, a folder
+/// entry looked at) may take: see [`CONFIG_SOURCES_READ`].
 pub(crate) const CONFIG_READ_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The deadlines of a read of the configuration's sources: a folder of a
+/// thousand manifests on a slow network mount takes longer than any one
+/// file, and is given up only when it stops moving on (or at the cap).
+pub(crate) const CONFIG_SOURCES_READ: ProgressDeadlines = ProgressDeadlines {
+    without_progress: CONFIG_READ_DEADLINE,
+    in_all: Duration::from_secs(60),
+};
+
+/// The deadlines of a read that reports its progress (see
+/// [`DetachedReader::read_with_progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProgressDeadlines {
+    /// Given up when no step (see [`note_progress`]) ends for this long.
+    pub without_progress: Duration,
+    /// Given up after this long in all, however it moves on.
+    pub in_all: Duration,
+}
+
+thread_local! {
+    /// The step counter of the read running on this thread, if it reports
+    /// progress (set by [`DetachedReader::read_with_progress`] on the
+    /// read's own thread).
+    static STEPS: std::cell::RefCell<Option<Arc<AtomicU64>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Notes that the read running on this thread made a step (a file read, a
+/// folder entry looked at): a read given up for want of progress (see
+/// [`DetachedReader::read_with_progress`]) gets more time. Elsewhere it
+/// does nothing. [`read_bounded`] calls it after each file.
+pub(crate) fn note_progress() {
+    STEPS.with(|steps| {
+        if let Some(steps) = steps.borrow().as_ref() {
+            steps.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+}
 
 /// Why [`DetachedReader::read_within`] has no answer.
 #[derive(Debug, thiserror::Error)]
@@ -168,6 +208,63 @@ impl DetachedReader {
         T: Send + 'static,
         R: FnOnce() -> T + Send + 'static,
     {
+        let mut receiver = self.start(None, read)?;
+        match tokio::time::timeout(deadline, &mut receiver).await {
+            Err(_) => Err(Abandoned::TimedOut(deadline)),
+            Ok(answer) => answered(answer),
+        }
+    }
+
+    /// Like [`read_within`](Self::read_within), for a read of many steps
+    /// (the files of a folder) that notes each with [`note_progress`]: it
+    /// is given up when no step ends for `deadlines.without_progress`
+    /// ([`Abandoned::TimedOut`] with that duration), or after
+    /// `deadlines.in_all` ([`Abandoned::TimedOut`] with that one), not
+    /// when the whole read takes longer than one step may.
+    pub(crate) async fn read_with_progress<T, R>(
+        &self,
+        deadlines: ProgressDeadlines,
+        read: R,
+    ) -> Result<T, Abandoned>
+    where
+        T: Send + 'static,
+        R: FnOnce() -> T + Send + 'static,
+    {
+        let steps = Arc::new(AtomicU64::new(0));
+        let mut receiver = self.start(Some(Arc::clone(&steps)), read)?;
+        let cap = tokio::time::Instant::now() + deadlines.in_all;
+        let mut seen = 0;
+        loop {
+            let window = deadlines
+                .without_progress
+                .min(cap.saturating_duration_since(tokio::time::Instant::now()));
+            match tokio::time::timeout(window, &mut receiver).await {
+                Ok(answer) => return answered(answer),
+                Err(_) if tokio::time::Instant::now() >= cap => {
+                    return Err(Abandoned::TimedOut(deadlines.in_all));
+                }
+                Err(_) => {
+                    let now = steps.load(Ordering::Relaxed);
+                    if now == seen {
+                        return Err(Abandoned::TimedOut(deadlines.without_progress));
+                    }
+                    seen = now;
+                }
+            }
+        }
+    }
+
+    /// Starts `read` on a detached thread (with `steps` as its progress
+    /// counter, if given) unless an earlier read has not returned.
+    fn start<T, R>(
+        &self,
+        steps: Option<Arc<AtomicU64>>,
+        read: R,
+    ) -> Result<tokio::sync::oneshot::Receiver<T>, Abandoned>
+    where
+        T: Send + 'static,
+        R: FnOnce() -> T + Send + 'static,
+    {
         if self
             .reading
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -182,6 +279,7 @@ impl DetachedReader {
             .spawn(move || {
                 let value = {
                     let _returned = returned;
+                    STEPS.with(|counter| *counter.borrow_mut() = steps);
                     read()
                 };
                 // Cleared before the answer is sent: a caller that has it
@@ -192,14 +290,13 @@ impl DetachedReader {
             // The closure (and the flag's guard in it) is dropped when no
             // thread starts: the flag is cleared.
             .map_err(|e| Abandoned::Failed(format!("cannot start a reading thread: {e}")))?;
-        match tokio::time::timeout(deadline, receiver).await {
-            Err(_) => Err(Abandoned::TimedOut(deadline)),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(_)) => Err(Abandoned::Failed(
-                "the reading thread ended without an answer".into(),
-            )),
-        }
+        Ok(receiver)
     }
+}
+
+/// The answer of a reading thread, or why there is none.
+fn answered<T>(answer: Result<T, tokio::sync::oneshot::error::RecvError>) -> Result<T, Abandoned> {
+    answer.map_err(|_| Abandoned::Failed("the reading thread ended without an answer".into()))
 }
 
 #[cfg(test)]
@@ -291,6 +388,52 @@ mod tests {
         let next = reader.read_within(deadline, blocking(None)).await;
         assert!(matches!(next, Ok("read")), "{next:?}");
         assert_eq!(starts.load(Ordering::SeqCst), 2, "threads started");
+    }
+
+    /// A read of `steps` steps of `each`, noting each as progress.
+    fn stepping(steps: u32, each: Duration) -> impl FnOnce() -> u32 + Send + 'static {
+        move || {
+            for _ in 0..steps {
+                std::thread::sleep(each);
+                note_progress();
+            }
+            steps
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_that_moves_on_is_bounded_per_step_and_by_a_cap_not_in_all() {
+        let deadlines = ProgressDeadlines {
+            without_progress: Duration::from_millis(200),
+            in_all: Duration::from_secs(30),
+        };
+        let reader = DetachedReader::default();
+        // 20 steps of 40 ms: 800 ms in all, four times the step deadline.
+        let read = reader
+            .read_with_progress(deadlines, stepping(20, Duration::from_millis(40)))
+            .await;
+        assert!(matches!(read, Ok(20)), "{read:?}");
+        // A step that never ends is given up for want of progress.
+        let (_keep, never) = std::sync::mpsc::channel::<()>();
+        let stalled = DetachedReader::default()
+            .read_with_progress(deadlines, move || never.recv())
+            .await;
+        assert!(
+            matches!(stalled, Err(Abandoned::TimedOut(d)) if d == deadlines.without_progress),
+            "{stalled:?}"
+        );
+        // A read that moves on forever is given up at the cap.
+        let capped = ProgressDeadlines {
+            without_progress: Duration::from_millis(200),
+            in_all: Duration::from_millis(500),
+        };
+        let endless = DetachedReader::default()
+            .read_with_progress(capped, stepping(100, Duration::from_millis(20)))
+            .await;
+        assert!(
+            matches!(endless, Err(Abandoned::TimedOut(d)) if d == capped.in_all),
+            "{endless:?}"
+        );
     }
 
     #[test]

@@ -5,12 +5,28 @@
 //! The content is compared, never the inode, so any way of replacing the
 //! file works.
 //!
+//! A file written in place is read once its writer closes it, not at the
+//! first pause: where the OS reports closes (inotify), a watched file
+//! modified and not yet closed holds the re-read back, [`MAX_WRITER_WAIT`]
+//! at most (the periodic re-read waits meanwhile: one thing at a time). A
+//! manifest caught between two writes (`{ gen_a; gen_b; } > x.yaml`,
+//! `kustomize build > x.yaml`) still parses as YAML, and applied it would
+//! remove components and lose their data. Renames (editors' rename-writes,
+//! ConfigMap `..data` swaps) are atomic and read after the usual
+//! [`DEBOUNCE`].
+//!
+//! A watched file that is a symlink into another directory has that
+//! directory watched too (its target re-resolved at each re-watch, and
+//! checked at each periodic re-read): an edit of the target is seen at
+//! once, and a link pointed elsewhere is followed.
+//!
 //! The watch's own blocking calls on the directory (its `stat`, adding the
 //! OS watch) run on a detached thread bounded by [`PROBE_DEADLINE`], never
 //! on an async worker: on a hung hard NFS mount a `stat` blocks in the
 //! kernel for good, and would pin the worker with it. One that does not
 //! answer in time is a lost watch; the periodic re-read carries on.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -19,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{Event, EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -37,6 +53,12 @@ pub type OnChange = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A steady stream of events still gets a re-read this often.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
+/// How long a re-read waits for the writer of a watched file it modified
+/// to close it (see the module's doc) before reading anyway.
+const MAX_WRITER_WAIT: Duration = Duration::from_secs(5);
+/// Whether the OS watcher reports a writer closing a file (inotify does):
+/// elsewhere nothing is held back waiting for a close that never comes.
+const REPORTS_CLOSES: bool = cfg!(any(target_os = "linux", target_os = "android"));
 /// While the directory cannot be watched (it was replaced, or is gone),
 /// the watch is tried again this often.
 const REWATCH: Duration = Duration::from_secs(1);
@@ -140,20 +162,70 @@ impl Target {
     }
 }
 
-/// How the OS watcher reaches the task: pokes on relevant events, and
-/// marks the watch stale when the directory itself was removed or renamed
-/// (replaced) or the watcher failed.
+/// How the OS watcher reaches the task: pokes on relevant events, marks
+/// the watch stale when a watched directory itself was removed or renamed
+/// (replaced), the file's link may point elsewhere, or the watcher failed,
+/// and notes the watched files being written.
 #[derive(Clone, Default)]
 struct Signal {
     poke: Arc<Notify>,
     stale: Arc<AtomicBool>,
+    writers: Arc<Writers>,
 }
 
-/// The OS watcher, and which directory it watches (device and inode), to
-/// tell when the directory was replaced under it.
+/// The OS watcher, and what it was set up for, to tell when that changed
+/// under it.
 struct Watching {
     _watcher: RecommendedWatcher,
+    seen: Snapshot,
+}
+
+/// What a watch is set up for: the watched directory's identity (device
+/// and inode), and where the file's symlink leads if into another
+/// directory (watched too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Snapshot {
     identity: Option<(u64, u64)>,
+    resolved: Option<PathBuf>,
+}
+
+/// The watched files being written in place, each with when it was last
+/// modified: one modified and not closed yet by its writer holds re-reads
+/// back (for [`MAX_WRITER_WAIT`] at most: a close may be missed).
+#[derive(Debug, Default)]
+struct Writers(std::sync::Mutex<HashMap<PathBuf, std::time::Instant>>);
+
+impl Writers {
+    /// Notes what `event` says of the writers of `watched`'s files.
+    fn note(&self, event: &Event, watched: &Watched) {
+        if !REPORTS_CLOSES {
+            return;
+        }
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for path in event.paths.iter().filter(|path| watched.is_file(path)) {
+            match event.kind {
+                EventKind::Modify(ModifyKind::Data(_)) => {
+                    open.insert(path.clone(), std::time::Instant::now());
+                }
+                // Closed, or gone from under the watched name.
+                EventKind::Access(AccessKind::Close(AccessMode::Write))
+                | EventKind::Remove(_)
+                | EventKind::Modify(ModifyKind::Name(_)) => {
+                    open.remove(path);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether a watched file is being written: modified within
+    /// [`MAX_WRITER_WAIT`] and not closed since.
+    fn any_open(&self) -> bool {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        open.retain(|_, modified| now.duration_since(*modified) < MAX_WRITER_WAIT);
+        !open.is_empty()
+    }
 }
 
 /// The device and inode of a directory (`None` where unknown); blocks.
@@ -177,11 +249,11 @@ impl Probe {
         }
     }
 
-    /// The identity of the directory watched for `target` now.
-    async fn identity(&self, target: &Target) -> Result<Option<(u64, u64)>, Abandoned> {
-        let (identity, dir) = (Arc::clone(&self.identity), watched_directory(target));
+    /// What a watch of `target` would be set up for now.
+    async fn snapshot(&self, target: &Target) -> Result<Snapshot, Abandoned> {
+        let (identity, owned) = (Arc::clone(&self.identity), target.clone());
         self.reader
-            .read_within(self.deadline, move || identity(&dir))
+            .read_within(self.deadline, move || snapshot(&owned, identity.as_ref()))
             .await
     }
 
@@ -270,7 +342,7 @@ async fn follow(
         tokio::select! {
             _ = token.cancelled() => break,
             _ = signal.poke.notified() => {
-                if !settle(&signal.poke, &token).await {
+                if !settle(&signal, &token).await {
                     break;
                 }
                 if signal.stale.swap(false, Ordering::SeqCst) {
@@ -282,8 +354,8 @@ async fn follow(
             _ = tick(&mut ticks) => {
                 let replaced = match &watching {
                     None => true,
-                    Some(current) => match probe.identity(&target).await {
-                        Ok(now) => now != current.identity,
+                    Some(current) => match probe.snapshot(&target).await {
+                        Ok(now) => now != current.seen,
                         Err(abandoned) => {
                             // A lost watch: dropped, tried again soon.
                             given_up(&watched_directory(&target), &abandoned);
@@ -324,16 +396,23 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
     }
 }
 
-/// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`]);
+/// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`])
+/// and no watched file is being written (at most [`MAX_WRITER_WAIT`]);
 /// `false` if cancelled meanwhile.
-async fn settle(signal: &Notify, token: &CancellationToken) -> bool {
-    let deadline = Instant::now() + MAX_DEBOUNCE;
+async fn settle(signal: &Signal, token: &CancellationToken) -> bool {
+    let started = Instant::now();
+    let (busy, writing) = (started + MAX_DEBOUNCE, started + MAX_WRITER_WAIT);
     loop {
         tokio::select! {
             _ = token.cancelled() => return false,
-            _ = tokio::time::sleep(DEBOUNCE) => return true,
-            _ = signal.notified() => {
-                if Instant::now() >= deadline {
+            _ = tokio::time::sleep(DEBOUNCE) => {
+                if !signal.writers.any_open() || Instant::now() >= writing {
+                    return true;
+                }
+            }
+            _ = signal.poke.notified() => {
+                let limit = if signal.writers.any_open() { writing } else { busy };
+                if Instant::now() >= limit {
                     return true;
                 }
             }
@@ -366,79 +445,175 @@ fn watched_directory(target: &Target) -> PathBuf {
     }
 }
 
-/// Starts an OS watcher on the directory of the target that pokes `signal`
-/// on relevant events (and marks it stale when the directory itself goes),
-/// noting the directory's identity; blocks. If the OS refuses, the periodic
-/// re-read carries on and the watch is tried again.
+/// What a watch of `target` is set up for now; blocks.
+fn snapshot(
+    target: &Target,
+    identity: &(dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync),
+) -> Snapshot {
+    let dir = watched_directory(target);
+    Snapshot {
+        identity: identity(&dir),
+        resolved: match target {
+            Target::File(path) => resolved_elsewhere(path, &dir),
+            Target::Folder(_) => None,
+        },
+    }
+}
+
+/// The file the symlink at `path` leads to, when it lies in another
+/// directory than `dir` (the link's); blocks.
+fn resolved_elsewhere(path: &Path, dir: &Path) -> Option<PathBuf> {
+    if !std::fs::symlink_metadata(path)
+        .ok()?
+        .file_type()
+        .is_symlink()
+    {
+        return None;
+    }
+    let resolved = std::fs::canonicalize(path).ok()?;
+    let link_dir = std::fs::canonicalize(dir).ok();
+    (resolved.parent() != link_dir.as_deref()).then_some(resolved)
+}
+
+/// Starts an OS watcher on the directory of the target (and on the
+/// directory its symlink leads to) that pokes `signal` on relevant events
+/// (and marks it stale when a directory itself goes or the link may point
+/// elsewhere), noting what it was set up for; blocks. If the OS refuses,
+/// the periodic re-read carries on and the watch is tried again.
 fn watch_directory(
     target: &Target,
     signal: &Signal,
     identity: &(dyn Fn(&Path) -> Option<(u64, u64)> + Send + Sync),
 ) -> notify::Result<Watching> {
     let dir = watched_directory(target);
-    let file_name = match target {
-        Target::File(path) => Some(path.file_name().map(OsString::from).unwrap_or_default()),
-        Target::Folder(_) => None,
+    let seen = snapshot(target, identity);
+    let watched = Watched {
+        dir: dir.clone(),
+        file_name: match target {
+            Target::File(path) => Some(path.file_name().map(OsString::from).unwrap_or_default()),
+            Target::Folder(_) => None,
+        },
+        resolved: seen.resolved.clone(),
     };
     let signal = signal.clone();
-    let watched = dir.clone();
+    let resolved_dir = watched.resolved_directory();
     let handler = move |event: notify::Result<Event>| match event {
-        Ok(event) if is_about_directory(&event, &watched) => {
+        Ok(event) if watched.is_about_a_directory(&event) => {
             signal.stale.store(true, Ordering::SeqCst);
             signal.poke.notify_one();
         }
-        Ok(event) if !is_relevant(&event, file_name.as_ref()) => {}
-        Ok(_) => signal.poke.notify_one(),
+        Ok(event) if !watched.is_relevant(&event) => {}
+        Ok(event) => {
+            if watched.may_point_elsewhere(&event) {
+                signal.stale.store(true, Ordering::SeqCst);
+            }
+            signal.writers.note(&event, &watched);
+            signal.poke.notify_one();
+        }
         Err(err) => {
             debug!(error = %err, "File watcher reported an error; watching again and re-reading.");
             signal.stale.store(true, Ordering::SeqCst);
             signal.poke.notify_one();
         }
     };
-    let identity = identity(&dir);
-    let watcher = notify::recommended_watcher(handler).and_then(|mut watcher| {
-        watcher
-            .watch(&dir, RecursiveMode::NonRecursive)
-            .map(|()| watcher)
-    })?;
+    let mut watcher = notify::recommended_watcher(handler)?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive)?;
+    if let Some(resolved_dir) = resolved_dir {
+        // The link's own directory is watched: its target's is a bonus (the
+        // periodic re-read still sees an edit there).
+        if let Err(err) = watcher.watch(&resolved_dir, RecursiveMode::NonRecursive) {
+            debug!(directory = %resolved_dir.display(), error = %err, "Cannot watch the directory the file's link leads to.");
+        }
+    }
     Ok(Watching {
         _watcher: watcher,
-        identity,
+        seen,
     })
 }
 
-/// Whether `event` says the watched directory itself was removed or
-/// renamed (replaced): its watch sees nothing of the new one.
-fn is_about_directory(event: &Event, dir: &Path) -> bool {
-    let gone = matches!(
-        event.kind,
-        EventKind::Remove(_) | EventKind::Modify(notify::event::ModifyKind::Name(_))
-    );
-    gone && event.paths.iter().any(|path| path == dir)
+/// Which entries of the watched directories are the watched files.
+#[derive(Debug, Clone)]
+struct Watched {
+    /// The directory watched for the target.
+    dir: PathBuf,
+    /// The file's name (`None`: a folder's `*.yaml` / `*.yml` files).
+    file_name: Option<OsString>,
+    /// The file the file's symlink leads to, in another directory.
+    resolved: Option<PathBuf>,
 }
 
-/// Whether `event` may mean the file's content changed: anything but plain
-/// opens and reads, on the file itself (for a folder: any `.yaml`/`.yml`
-/// file) or on a `..`-prefixed entry (the Kubernetes ConfigMap `..data`
-/// link and its timestamped directories).
-fn is_relevant(event: &Event, file_name: Option<&OsString>) -> bool {
-    if let EventKind::Access(kind) = event.kind {
-        if kind != AccessKind::Close(AccessMode::Write) {
-            return false;
-        }
+impl Watched {
+    /// The directory of the file the symlink leads to, if any.
+    fn resolved_directory(&self) -> Option<PathBuf> {
+        self.resolved
+            .as_deref()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
     }
-    event.need_rescan()
-        || event.paths.is_empty()
-        || event.paths.iter().any(|path| {
-            path.file_name().is_some_and(|name| {
+
+    /// Whether `path` is a watched file (by name in the watched directory;
+    /// exactly, for the file a symlink leads to).
+    fn is_file(&self, path: &Path) -> bool {
+        if self.resolved.as_deref() == Some(path) {
+            return true;
+        }
+        path.file_name().is_some_and(|name| match &self.file_name {
+            Some(file_name) => name == file_name.as_os_str(),
+            None => {
                 let shown = name.to_string_lossy();
-                let watched = match file_name {
-                    Some(file_name) => name == file_name.as_os_str(),
-                    None => shown.ends_with(".yaml") || shown.ends_with(".yml"),
-                };
-                watched || shown.starts_with("..")
-            })
+                shown.ends_with(".yaml") || shown.ends_with(".yml")
+            }
         })
+    }
+
+    /// Whether `event` says a watched directory itself was removed or
+    /// renamed (replaced): its watch sees nothing of the new one.
+    fn is_about_a_directory(&self, event: &Event) -> bool {
+        let gone = matches!(
+            event.kind,
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        );
+        let resolved_dir = self.resolved_directory();
+        gone && event
+            .paths
+            .iter()
+            .any(|path| *path == self.dir || Some(path) == resolved_dir.as_ref())
+    }
+
+    /// Whether `event` may mean the file's symlink now leads elsewhere
+    /// (the file itself created, renamed over or removed): the watch is set
+    /// up again, following it.
+    fn may_point_elsewhere(&self, event: &Event) -> bool {
+        let replaced = matches!(
+            event.kind,
+            EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        );
+        replaced
+            && self.file_name.is_some()
+            && event.paths.iter().any(|path| {
+                directory_of(path) == self.dir && path.file_name() == self.file_name.as_deref()
+            })
+    }
+
+    /// Whether `event` may mean the file's content changed: anything but
+    /// plain opens and reads, on a watched file or on a `..`-prefixed
+    /// entry (the Kubernetes ConfigMap `..data` link and its timestamped
+    /// directories).
+    fn is_relevant(&self, event: &Event) -> bool {
+        if let EventKind::Access(kind) = event.kind {
+            if kind != AccessKind::Close(AccessMode::Write) {
+                return false;
+            }
+        }
+        event.need_rescan()
+            || event.paths.is_empty()
+            || event.paths.iter().any(|path| {
+                self.is_file(path)
+                    || path
+                        .file_name()
+                        .is_some_and(|name| name.to_string_lossy().starts_with(".."))
+            })
+    }
 }
 
 #[cfg(test)]
@@ -450,36 +625,39 @@ mod tests {
         Event::new(kind).add_path(PathBuf::from(path))
     }
 
+    /// The watch of `file` (`None`: a folder) in `/d`.
+    fn watched(file: Option<&str>) -> Watched {
+        Watched {
+            dir: PathBuf::from("/d"),
+            file_name: file.map(OsString::from),
+            resolved: None,
+        }
+    }
+
     #[test]
     fn relevant_events() {
-        let file = OsString::from("config.json");
-        let name = Some(&file);
+        let file = watched(Some("config.json"));
+        let folder = watched(None);
         let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
-        assert!(is_relevant(&event(renamed, "/d/config.json"), name));
-        assert!(is_relevant(&event(renamed, "/d/..data"), name));
-        assert!(is_relevant(
-            &event(EventKind::Create(CreateKind::Folder), "/d/..2026_v2"),
-            name
-        ));
-        assert!(is_relevant(
-            &event(
-                EventKind::Access(AccessKind::Close(AccessMode::Write)),
-                "/d/config.json"
-            ),
-            name
-        ));
-        assert!(!is_relevant(
-            &event(
-                EventKind::Access(AccessKind::Open(AccessMode::Any)),
-                "/d/config.json"
-            ),
-            name
-        ));
-        assert!(!is_relevant(&event(renamed, "/d/other.json"), name));
-        assert!(is_relevant(&event(renamed, "/d/statestore.yaml"), None));
-        assert!(is_relevant(&event(renamed, "/d/lock.yml"), None));
-        assert!(is_relevant(&event(renamed, "/d/..data"), None));
-        assert!(!is_relevant(&event(renamed, "/d/notes.txt"), None));
+        assert!(file.is_relevant(&event(renamed, "/d/config.json")));
+        assert!(file.is_relevant(&event(renamed, "/d/..data")));
+        assert!(file.is_relevant(&event(
+            EventKind::Create(CreateKind::Folder),
+            "/d/..2026_v2"
+        )));
+        assert!(file.is_relevant(&event(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            "/d/config.json"
+        )));
+        assert!(!file.is_relevant(&event(
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            "/d/config.json"
+        )));
+        assert!(!file.is_relevant(&event(renamed, "/d/other.json")));
+        assert!(folder.is_relevant(&event(renamed, "/d/statestore.yaml")));
+        assert!(folder.is_relevant(&event(renamed, "/d/lock.yml")));
+        assert!(folder.is_relevant(&event(renamed, "/d/..data")));
+        assert!(!folder.is_relevant(&event(renamed, "/d/notes.txt")));
     }
 
     #[tokio::test]
@@ -586,6 +764,84 @@ mod tests {
         }
         let stopped = tokio::time::timeout(Duration::from_secs(1), watch.stop()).await;
         assert!(stopped.is_ok(), "the stop waited for the hung re-read");
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_file_modified_is_being_written_until_its_writer_closes_it() {
+        let writers = Writers::default();
+        let folder = watched(None);
+        let modified = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
+        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        writers.note(&event(modified, "/d/notes.txt"), &folder);
+        assert!(!writers.any_open(), "not a watched file");
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
+        assert!(writers.any_open());
+        writers.note(&event(closed, "/d/all.yaml"), &folder);
+        assert!(!writers.any_open());
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
+        let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::From));
+        writers.note(&event(renamed, "/d/all.yaml"), &folder);
+        assert!(!writers.any_open(), "renamed away");
+    }
+
+    /// Waits (10 s at most) until `calls` reaches `count`.
+    async fn calls_reach(calls: &std::sync::atomic::AtomicUsize, count: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while calls.load(Ordering::SeqCst) < count {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    #[cfg(unix)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_edit_of_the_file_a_symlink_leads_to_is_seen_and_a_link_pointed_elsewhere_is_followed(
+    ) {
+        let root = std::env::temp_dir().join(format!("rewire-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for dir in ["app", "real", "other"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let write = |path: &str, text: &str| {
+            std::fs::write(root.join(path), text).unwrap_or_else(|e| panic!("{e}"))
+        };
+        write("real/c.json", "1");
+        write("other/c.json", "1");
+        let link = root.join("app/c.json");
+        std::os::unix::fs::symlink("../real/c.json", &link).unwrap_or_else(|e| panic!("{e}"));
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let on_change: OnChange = Arc::new(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {})
+        });
+        // No periodic re-read: only the OS watch can see a change.
+        let watch = FileWatch::start(link.clone(), on_change, None, CancellationToken::new());
+        assert!(calls_reach(&calls, 1).await, "the first read");
+        write("real/c.json", "2");
+        assert!(
+            calls_reach(&calls, 2).await,
+            "the edit of the target is not seen"
+        );
+        // Pointed elsewhere (as `ln -sfn` does: a new link renamed over).
+        let next = root.join("app/c.json.next");
+        std::os::unix::fs::symlink("../other/c.json", &next).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(&next, &link).unwrap_or_else(|e| panic!("{e}"));
+        assert!(calls_reach(&calls, 3).await, "the link pointed elsewhere");
+        // Settled: the watch follows the new target.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = calls.load(Ordering::SeqCst);
+        write("other/c.json", "2");
+        assert!(
+            calls_reach(&calls, before + 1).await,
+            "the edit of the new target is not seen"
+        );
+        watch.stop().await;
+        std::fs::remove_dir_all(&root).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! read, parse and send: they cannot queue older content after newer. The
 //! first read compares with the configuration the runtime runs, so a
 //! change made while the runtime was starting is applied. A read is bounded
-//! in time, as the file's is, and while one given up has not returned no
-//! other is started (one stuck thread at most for the sources).
+//! in time per step (a file read, a folder entry looked at: a folder of a
+//! thousand manifests on a slow mount is read as long as it moves on, up to
+//! a cap), and while one given up has not returned no other is started
+//! (one stuck thread at most for the sources).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use super::config_file::reject_once;
 use super::file_seen::{digest, follow_generations, SharedSeen};
 use super::TriggerContext;
 use crate::config::{ConfigSources, Problems};
-use crate::fs_read::{Abandoned, DetachedReader, CONFIG_READ_DEADLINE};
+use crate::fs_read::{Abandoned, DetachedReader, ProgressDeadlines, CONFIG_SOURCES_READ};
 use crate::fs_watch::{FileWatch, OnChange};
 use crate::registry::Registry;
 use crate::reload::{ReloadRequest, Trigger};
@@ -79,21 +81,45 @@ async fn sources_changed(
     seen: &SharedSeen,
     reader: &DetachedReader,
 ) {
+    let read = {
+        let shared = Arc::clone(&shared);
+        move || shared.0.read()
+    };
+    let parse = move |texts: &_| {
+        let (sources, registry) = &*shared;
+        sources.parse(texts, registry)
+    };
+    read_and_send(cx, seen, reader, CONFIG_SOURCES_READ, read, parse).await;
+}
+
+/// Reads the sources with `read` through `reader` (given up when it stops
+/// moving on, see [`ProgressDeadlines`]; not started while an earlier read
+/// is stuck), parses what changed with `parse` and sends it.
+async fn read_and_send<T, R, P>(
+    cx: &TriggerContext,
+    seen: &SharedSeen,
+    reader: &DetachedReader,
+    deadlines: ProgressDeadlines,
+    read: R,
+    parse: P,
+) where
+    T: std::hash::Hash + Send + 'static,
+    R: FnOnce() -> Result<T, Problems> + Send + 'static,
+    P: FnOnce(&T) -> Result<crate::config::Config, Problems> + Send + 'static,
+{
     // Held to the end: one read, parse and send at a time.
     let mut seen = seen.lock().await;
     let generation = cx.plan.borrow().generation;
     let done = |hash: u64| seen.is_done(hash, generation);
     let in_force = Arc::clone(&cx.file_in_force);
-    let read = {
-        let (sources, _) = &*shared;
-        let sources = sources.clone();
-        reader
-            .read_within(CONFIG_READ_DEADLINE, move || sources.read())
-            .await
-    };
-    let read = match read {
-        Err(abandoned @ Abandoned::TimedOut(_)) => Ok(Read::TimedOut(format!(
-            "reading the configuration sources {abandoned}; given up (the next change or re-read tries again)"
+    let read = match reader.read_with_progress(deadlines, read).await {
+        Err(Abandoned::TimedOut(waited)) if waited == deadlines.in_all => Ok(Read::TimedOut(format!(
+            "reading the configuration sources did not finish within {}; given up (the next change or re-read tries again)",
+            shown(waited)
+        ))),
+        Err(Abandoned::TimedOut(waited)) => Ok(Read::TimedOut(format!(
+            "reading the configuration sources read no file for {}; given up (the next change or re-read tries again)",
+            shown(waited)
         ))),
         Err(abandoned @ Abandoned::StillReading) => Ok(Read::TimedOut(format!(
             "reading the configuration sources {abandoned} (the next change or re-read tries again)"
@@ -115,13 +141,10 @@ async fn sources_changed(
             if done(hash) {
                 Ok(Read::Unchanged)
             } else {
-                tokio::task::spawn_blocking(move || {
-                    let (sources, registry) = &*shared;
-                    match sources.parse(&texts, registry) {
-                        Ok(config) if in_force(&config) && !other_sent => Read::InForce(hash),
-                        Ok(config) => Read::Changed(hash, Box::new(config)),
-                        Err(problems) => Read::Refused(hash, problems),
-                    }
+                tokio::task::spawn_blocking(move || match parse(&texts) {
+                    Ok(config) if in_force(&config) && !other_sent => Read::InForce(hash),
+                    Ok(config) => Read::Changed(hash, Box::new(config)),
+                    Err(problems) => Read::Refused(hash, problems),
                 })
                 .await
                 .map_err(|e| e.to_string())
@@ -142,5 +165,187 @@ async fn sources_changed(
         }
         Ok(Read::TimedOut(problem)) => reject_once(cx, &mut seen, generation, problem),
         Err(err) => tracing::warn!(error = %err, "Reading the configuration sources failed."),
+    }
+}
+
+/// `d` as people write it: `5 s`, `250 ms`.
+fn shown(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::component::{ComponentKey, Kind};
+    use crate::config::LayerChange;
+    use crate::fs_read::note_progress;
+    use crate::handle::Live;
+    use crate::metadata::{decode_for_validation, MetadataError, NoMetadata};
+    use crate::registry::ComponentDescriptor;
+    use crate::reload::queue::{QueueReceiver, Queued};
+
+    fn unbuildable(_: &crate::Metadata) -> Result<Box<dyn crate::Buildable>, MetadataError> {
+        Err(MetadataError::Invalid {
+            field: ".".into(),
+            message: "test registry cannot build".into(),
+        })
+    }
+
+    /// A registry knowing `state.in-memory` (rewire's `memory`).
+    fn registry() -> Registry {
+        let mut registry = Registry::default();
+        registry.register(ComponentDescriptor {
+            kind: "state",
+            type_name: "memory",
+            description: "",
+            example_metadata: "{}",
+            validate: |m, i| decode_for_validation::<NoMetadata>(m, i),
+            build: unbuildable,
+            check_refs: None,
+            in_place: None,
+        });
+        registry
+    }
+
+    /// A Dapr manifest of the in-memory state store `name`.
+    fn manifest(name: &str) -> String {
+        format!(
+            "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: {name}\n\
+             spec:\n  type: state.in-memory\n  version: v1\n"
+        )
+    }
+
+    /// A new empty folder for the test `name`.
+    fn folder(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("rewire-sources-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    fn resources(dir: &std::path::Path) -> ConfigSources {
+        ConfigSources {
+            file: None,
+            resources: Some(dir.to_path_buf()),
+            app_id: None,
+        }
+    }
+
+    /// Whether `request` sends a base configuration declaring `state/second`.
+    fn declares_second(request: &ReloadRequest) -> bool {
+        let second = ComponentKey::new(Kind::State, "second");
+        request.changes.iter().any(|change| {
+            matches!(change, LayerChange::File(config) if config.components.contains_key(&second))
+        })
+    }
+
+    /// Rewrites `all.yaml` of `dir` in place in two writes 500 ms apart
+    /// (document 1, then `---` and document 2) and checks that no reload
+    /// queued meanwhile or in the 3 s after lacks `second`: a half-written
+    /// manifest would remove it and lose its data.
+    async fn written_in_two_steps_is_never_sent_half_written(name: &str, resync: Duration) {
+        let dir = folder(name);
+        let (first, second) = (manifest("first"), manifest("second"));
+        let whole = format!("{first}---\n{second}");
+        std::fs::write(dir.join("all.yaml"), &whole).unwrap_or_else(|e| panic!("{e}"));
+        let (cx, mut queued) = TriggerContext::for_tests(Live::new(), "");
+        let watches = watch_config_sources(&cx, resources(&dir), registry(), resync);
+        // The first read sends the whole file (nothing is in force here).
+        let sent = tokio::time::timeout(Duration::from_secs(10), queued.recv()).await;
+        match sent {
+            Ok(Some(Queued::Reload(request))) => assert!(declares_second(&request)),
+            other => panic!("the first read is not sent: {other:?}"),
+        }
+        let path = dir.join("all.yaml");
+        let writer = std::thread::spawn(move || -> std::io::Result<()> {
+            let mut file = std::fs::File::create(&path)?;
+            // The truncation is seen before the first document lands.
+            std::thread::sleep(Duration::from_millis(100));
+            file.write_all(first.as_bytes())?;
+            std::thread::sleep(Duration::from_millis(500));
+            file.write_all(format!("---\n{second}").as_bytes())
+        });
+        collect_reloads(&mut queued, Duration::from_secs(3), |request| {
+            assert!(
+                declares_second(request),
+                "a half-written manifest was sent: state/second removed"
+            );
+        })
+        .await;
+        writer
+            .join()
+            .unwrap_or_else(|_| panic!("the writer panicked"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        for watch in watches {
+            watch.stop().await;
+        }
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Calls `check` on every reload queued within `period`.
+    async fn collect_reloads(
+        queued: &mut QueueReceiver,
+        period: Duration,
+        check: impl Fn(&ReloadRequest),
+    ) {
+        let until = tokio::time::Instant::now() + period;
+        while let Ok(Some(message)) = tokio::time::timeout_at(until, queued.recv()).await {
+            if let Queued::Reload(request) = message {
+                check(&request);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_manifest_written_in_place_in_two_writes_is_read_once_its_writer_closed_it() {
+        written_in_two_steps_is_never_sent_half_written("two-writes", Duration::from_secs(3600))
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn with_periodic_re_reads_a_manifest_written_in_two_writes_is_read_once_closed() {
+        written_in_two_steps_is_never_sent_half_written("two-writes-polled", Duration::ZERO).await;
+    }
+
+    #[tokio::test]
+    async fn a_folder_read_slower_than_one_step_may_take_is_sent_while_it_moves_on() {
+        let dir = folder("slow");
+        std::fs::write(dir.join("first.yaml"), manifest("first")).unwrap_or_else(|e| panic!("{e}"));
+        let (cx, mut queued) = TriggerContext::for_tests(Live::new(), "");
+        let sources = resources(&dir);
+        let deadlines = ProgressDeadlines {
+            without_progress: Duration::from_millis(200),
+            in_all: Duration::from_secs(30),
+        };
+        // 20 files of 40 ms each (a slow mount): 800 ms in all, four times
+        // what one step may take.
+        let read = {
+            let sources = sources.clone();
+            move || {
+                for _ in 0..20 {
+                    std::thread::sleep(Duration::from_millis(40));
+                    note_progress();
+                }
+                sources.read()
+            }
+        };
+        let registry = registry();
+        let parse = move |texts: &_| sources.parse(texts, &registry);
+        let (seen, reader) = (SharedSeen::default(), DetachedReader::default());
+        read_and_send(&cx, &seen, &reader, deadlines, read, parse).await;
+        let sent = queued.try_recv();
+        assert!(
+            matches!(sent, Ok(Queued::Reload(_))),
+            "the slow read is not sent: {sent:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     }
 }

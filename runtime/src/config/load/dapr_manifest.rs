@@ -20,7 +20,7 @@ use std::path::Path;
 
 use crate::component::ComponentKey;
 use crate::config::model::ComponentSpec;
-use crate::fs_read::{read_bounded, FileReadError};
+use crate::fs_read::{note_progress, read_bounded, FileReadError};
 use crate::problem::{Problem, Problems};
 use crate::registry::Registry;
 use crate::sections::{SecretScopes, Subscription};
@@ -95,7 +95,8 @@ impl Found {
 
 /// Reads the `*.yaml` / `*.yml` files of `dir` (not its subfolders nor
 /// hidden entries such as Kubernetes' `..data`), in name order, each
-/// bounded by [`MAX_MANIFEST_BYTES`].
+/// bounded by [`MAX_MANIFEST_BYTES`]. Each entry looked at and each file
+/// read is noted as progress ([`note_progress`]).
 pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems> {
     let refuse = |message: String| Problems(vec![Problem::file(message)]);
     let entries = std::fs::read_dir(dir).map_err(|err| {
@@ -123,6 +124,9 @@ pub(crate) fn read_manifest_texts(dir: &Path) -> Result<ManifestTexts, Problems>
         {
             names.push((name, entry.path()));
         }
+        // Each entry may cost a `stat` (a slow mount): a read bounded
+        // per step sees the listing move on.
+        note_progress();
     }
     names.sort();
     if names.len() > MAX_MANIFEST_FILES {
