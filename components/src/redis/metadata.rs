@@ -215,7 +215,7 @@ impl RedisMetadata {
         }
         let addresses =
             parse_addresses(&self.redis_host).map_err(|reason| RedisMetadataError::Host {
-                host: shown_addresses(&self.redis_host),
+                host: shown_host(&self.redis_host),
                 reason,
             })?;
         let tls_fields = self.tls_fields()?;
@@ -228,7 +228,7 @@ impl RedisMetadata {
         }
         if !self.failover && !cluster && addresses.len() > 1 {
             return Err(RedisMetadataError::Host {
-                host: shown_addresses(&self.redis_host),
+                host: shown_host(&self.redis_host),
                 reason: "several addresses are only allowed with `failover` (sentinels) \
                          or `redisType: cluster` (seed nodes)"
                     .into(),
@@ -442,7 +442,8 @@ impl RedisMetadataError {
 /// or several of them comma-separated. An error never quotes credentials
 /// written in it: with an `@` anywhere, the error names only what follows
 /// the last `@` of the part it is in (a password may hold `/`, `?`, `#` or
-/// `,`); with a `key=value` part (a connection string), it quotes nothing.
+/// `,`); with an `=` anywhere (a connection string, or a URL's query), it
+/// quotes nothing; otherwise nothing past a `/`, `?` or `#`.
 pub fn parse_addresses(text: &str) -> Result<Vec<(String, u16)>, String> {
     if looks_like_connection_string(text) {
         return Err(CONNECTION_STRING.into());
@@ -470,24 +471,40 @@ const CONNECTION_STRING: &str = "looks like a connection string (`key=value` par
 
 /// Whether `text` has a `key=value` part, as the connection strings of
 /// the Azure portal and StackExchange.Redis have
-/// (`h:6380,password=…,ssl=True`): no host holds an `=`. A piece whose
-/// `=` follows a `:`, `/` or `@` is left to the other checks (a URL, or a
-/// password in a userinfo).
+/// (`h:6380,password=…,ssl=True`), or a URL's query
+/// (`h:6379/0?password=…`): no host holds an `=`, so any `=` anywhere
+/// (even in a userinfo's password) makes the whole text unquotable.
 fn looks_like_connection_string(text: &str) -> bool {
-    text.split(',').any(|piece| {
-        piece
-            .split_once('=')
-            .is_some_and(|(key, _)| !key.contains([':', '/', '@']))
-    })
+    text.contains('=')
 }
 
-/// `redisHost` as [`shown_addresses`] shows it, and nothing of a
-/// connection string.
-fn shown_host(text: &str) -> String {
+/// `redisHost` as [`shown_addresses`] shows it, each part cut before a
+/// `/`, `?` or `#` after its scheme (a path, query or fragment may carry a
+/// secret), and nothing of a connection string.
+pub(crate) fn shown_host(text: &str) -> String {
     if looks_like_connection_string(text) {
-        "<a connection string, not shown>".to_string()
-    } else {
-        shown_addresses(text)
+        return "<a connection string, not shown>".to_string();
+    }
+    shown_addresses(text)
+        .split(',')
+        .map(|part| {
+            let (scheme, rest) = match scheme_of(part) {
+                Some(_) => part.split_once("://").map_or(("", part), |(s, r)| (s, r)),
+                None => ("", part),
+            };
+            let separator = if scheme.is_empty() { "" } else { "://" };
+            format!("{scheme}{separator}{}", before_path(rest))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `text` up to its first `/`, `?` or `#`, with `…` when cut: what an
+/// error may quote of an address.
+fn before_path(text: &str) -> String {
+    match text.find(['/', '?', '#']) {
+        Some(at) => format!("{}…", &text[..at]),
+        None => text.to_string(),
     }
 }
 
@@ -525,27 +542,29 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
     if text.contains('@') {
         return Err(with_credentials(text));
     }
-    if let Some((scheme, rest)) = text.split_once("://") {
+    if let (Some(scheme), Some((_, rest))) = (scheme_of(text), text.split_once("://")) {
         let address = rest.split(['/', '?', '#']).next().unwrap_or_default();
         return Err(format!(
             "is not `host:port`: give `{address}` without the `{scheme}://` scheme"
         ));
     }
+    // What an error may quote: nothing past a `/`, `?` or `#`.
+    let quoted = before_path(text);
     let bracketed = text.starts_with('[');
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, after) = rest
             .split_once(']')
-            .ok_or_else(|| format!("is not `host:port`: `{text}` lacks `]`"))?;
+            .ok_or_else(|| format!("is not `host:port`: `{quoted}` lacks `]`"))?;
         match after.strip_prefix(':') {
             Some(port) => (host, Some(port)),
             None if after.is_empty() => (host, None),
-            None => return Err(format!("is not `host:port`: `{text}`")),
+            None => return Err(format!("is not `host:port`: `{quoted}`")),
         }
     } else {
         match text.split_once(':') {
             Some((_, rest)) if rest.contains(':') => {
                 return Err(format!(
-                    "is not `host:port`: write an IPv6 address as `[{text}]:port`"
+                    "is not `host:port`: write an IPv6 address as `[{quoted}]:port`"
                 ))
             }
             Some((host, port)) => (host, Some(port)),
@@ -553,7 +572,7 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
         }
     };
     if host.is_empty() || !is_host_syntax(host, bracketed) {
-        return Err(format!("is not `host:port`: bad host in `{text}`"));
+        return Err(format!("is not `host:port`: bad host in `{quoted}`"));
     }
     let port = match port {
         None => DEFAULT_PORT,
@@ -561,7 +580,7 @@ fn parse_address(text: &str) -> Result<(String, u16), String> {
             .parse::<u16>()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| format!("is not `host:port`: bad port in `{text}`"))?,
+            .ok_or_else(|| format!("is not `host:port`: bad port in `{quoted}`"))?,
     };
     Ok((host.to_string(), port))
 }
@@ -577,9 +596,8 @@ pub(crate) fn deserialize_host<'de, D: Deserializer<'de>>(
         return Err(de::Error::custom(CONNECTION_STRING));
     }
     if !text.trim().is_empty() {
-        parse_addresses(&text).map_err(|reason| {
-            de::Error::custom(format!("`{}` {reason}", shown_addresses(&text)))
-        })?;
+        parse_addresses(&text)
+            .map_err(|reason| de::Error::custom(format!("`{}` {reason}", shown_host(&text))))?;
     }
     Ok(text)
 }
@@ -764,6 +782,52 @@ pub(crate) mod tests {
             let err = parse_addresses(host).err().unwrap_or_default();
             assert_eq!(err, CONNECTION_STRING);
         }
+    }
+
+    #[test]
+    fn a_query_or_path_in_redis_host_is_never_quoted() {
+        for host in [
+            "h:6379?password=hunter2",
+            "h:6379/0?password=hunter2",
+            "redis://h:6379/0?password=hunter2",
+            "redis://:pa=hunter2@h:6379",
+            "h:1,g:2?password=hunter2",
+        ] {
+            let err = decode(json!({"redisHost": host}))
+                .err()
+                .unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{host}: {err}");
+            assert!(err.contains("redisPassword"), "{host}: {err}");
+            let m = RedisMetadata::new(host);
+            let err = m.connection_settings().err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{host}: {err}");
+            assert!(!format!("{m:?}").contains("hunter2"), "{host}: {m:?}");
+        }
+        // Without an `=`, nothing past a `/`, `?` or `#` is quoted either.
+        for host in [
+            "h:6379?hunter2",
+            "h:6379/hunter2",
+            "h:6379#hunter2",
+            "[::1]:1?hunter2",
+            "[::1?hunter2",
+            "h:1:2?hunter2",
+            "h?x://hunter2",
+        ] {
+            let err = decode(json!({"redisHost": host}))
+                .err()
+                .unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{host}: {err}");
+            let m = RedisMetadata::new(host);
+            let err = m.connection_settings().err().map(|e| e.to_string());
+            let err = err.unwrap_or_else(|| panic!("`{host}` accepted"));
+            assert!(!err.contains("hunter2"), "{host}: {err}");
+            assert!(!format!("{m:?}").contains("hunter2"), "{host}: {m:?}");
+        }
+        assert_eq!(
+            decode(json!({"redisHost": "h:6379/0"})).err().as_deref(),
+            Some("metadata field `redisHost`: `h:6379…` is not `host:port`: bad port in `h:6379…`")
+        );
     }
 
     /// Passwords (and pieces of them) written in the `redisHost` of the

@@ -11,8 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration::{deserialize_timeout, Timeout};
-use super::metadata::{deserialize_host, RedisMetadata, RedisType};
-use crate::redacted::shown_addresses;
+use super::metadata::{deserialize_host, shown_host, RedisMetadata, RedisType};
 use crate::tls::PemSource;
 
 /// `processingTimeout` when none is given (Dapr's).
@@ -173,7 +172,7 @@ impl RedisPubSubMetadata {
 impl fmt::Debug for RedisPubSubMetadata {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisPubSubMetadata")
-            .field("redis_host", &shown_addresses(&self.redis_host))
+            .field("redis_host", &shown_host(&self.redis_host))
             .field("redis_type", &self.redis_type)
             .field("redis_db", &self.redis_db)
             .field("enable_tls", &self.enable_tls)
@@ -251,6 +250,9 @@ mod tests {
             "redis://:hun,ter2@h:6379",
             ":hun,ter2@h:6379",
             "h:1,redis://:hun,ter2@h:6379",
+            // A URL's query or path.
+            "h:6379?password=hunter2",
+            "h:6379/0?password=hunter2",
         ] {
             let err = decode(json!({"redisHost": host, "failover": true}))
                 .err()
