@@ -271,6 +271,7 @@ impl PubSub for RedisPubSub {
             feed,
             permits,
             in_flight_ids: Arc::default(),
+            without_xpending_idle: false,
         };
         tokio::spawn(reader.run());
         Ok(subscription)

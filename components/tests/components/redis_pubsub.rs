@@ -272,16 +272,26 @@ async fn a_drain_delivers_the_entries_left_pending_on_the_old_server() {
         ])
         .await
         .expect("read by the crashed process");
-    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let crashed_at = std::time::Instant::now();
+    // The entry of a process that died is taken once idle past
+    // `processingTimeout` (as Dapr), the drain's too.
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app",
+        "processingTimeout": "2s", "redeliverInterval": "60s"
+    }))
+    .await;
     let mut sub = subscribe(&broker, "orders").await;
     broker
         .publish(publish("orders", "retried"))
         .await
         .expect("published");
-    // Handed back: pending until `processingTimeout` (60 s)...
+    // Handed back: pending until `processingTimeout`...
     assert_eq!(next_text(&mut sub, DeliveryOutcome::Retry).await, "retried");
-    // (the outcome taken before the drain begins)
+    // (the outcome taken before the drain begins, and the crashed
+    // process's entry idle past `processingTimeout`)
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let idle = std::time::Duration::from_millis(2100);
+    tokio::time::sleep(idle.saturating_sub(crashed_at.elapsed())).await;
     // ... but the broker is replaced now: nobody reads this server again.
     sub.drain();
     let mut seen = until_ended(&mut sub).await;
@@ -416,7 +426,8 @@ async fn a_concurrency_raised_in_place_reaches_a_running_subscription() {
 async fn a_slow_drain_of_pending_entries_still_reads_what_was_published_meanwhile() {
     let server = RedisServer::start().await;
     // An earlier process read six entries and died before their outcome:
-    // pending for the group's consumer, delivered only by the drain.
+    // pending for the group's consumer, idle past `processingTimeout`
+    // when the drain begins: delivered by its reclaim round.
     server
         .query(&["XGROUP", "CREATE", "orders", "app", "0", "MKSTREAM"])
         .await
@@ -441,8 +452,12 @@ async fn a_slow_drain_of_pending_entries_still_reads_what_was_published_meanwhil
         ])
         .await
         .expect("read by the crashed process");
-    let broker =
-        broker(json!({"redisHost": server.addr(), "consumerID": "app", "concurrency": 1})).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let broker = broker(json!({
+        "redisHost": server.addr(), "consumerID": "app", "concurrency": 1,
+        "processingTimeout": "1s", "redeliverInterval": "60s"
+    }))
+    .await;
     let mut sub = subscribe(&broker, "orders").await;
     sub.drain();
     // A slow subscriber (700 ms an event, one at a time): delivering the
@@ -517,6 +532,56 @@ async fn a_drain_does_not_deliver_again_what_a_reader_on_the_same_server_awaits(
         pending.first().map(String::as_str),
         Some("0"),
         "{pending:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_drain_leaves_alone_the_entries_another_live_replica_works_on() {
+    // Replicas of an app share the consumer name (the group's, as Dapr):
+    // replica B read an entry and works on it when a rebuild here drains
+    // the old broker. Its entry is not idle past `processingTimeout`: not
+    // this drain's to deliver.
+    let server = RedisServer::start().await;
+    server
+        .query(&["XGROUP", "CREATE", "orders", "app", "0", "MKSTREAM"])
+        .await
+        .expect("group");
+    server
+        .query(&["XADD", "orders", "*", "data", "at B"])
+        .await
+        .expect("xadd");
+    server
+        .query(&[
+            "XREADGROUP",
+            "GROUP",
+            "app",
+            "app",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "orders",
+            ">",
+        ])
+        .await
+        .expect("read by replica B");
+    let broker = broker(json!({"redisHost": server.addr(), "consumerID": "app"})).await;
+    let mut sub = subscribe(&broker, "orders").await;
+    broker
+        .publish(publish("orders", "retried here"))
+        .await
+        .expect("published");
+    assert_eq!(
+        next_text(&mut sub, DeliveryOutcome::Retry).await,
+        "retried here"
+    );
+    // (the outcome taken before the drain begins)
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    sub.drain();
+    assert_eq!(until_ended(&mut sub).await, ["retried here"]);
+    assert_eq!(
+        pending_by_consumer(&server, "orders").await,
+        ["app=1"],
+        "B's entry stays pending, for B"
     );
 }
 
@@ -1153,7 +1218,11 @@ async fn a_drain_asked_while_a_reclaim_waits_for_a_permit_closes_publishing_at_o
     }
     held.settle(DeliveryOutcome::Success);
     let rest = until_ended(&mut sub).await;
-    assert!(rest.iter().all(|text| text == "late"), "{rest:?}");
+    // The drain's own reclaim round delivers the crashed process's other
+    // entries (idle past `processingTimeout`): nobody reads this server
+    // once it ends.
+    let crashed: Vec<&String> = rest.iter().filter(|text| *text != "late").collect();
+    assert_eq!(crashed, ["crashed2", "crashed3"], "{rest:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
