@@ -13,7 +13,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::error::{Error, PERMISSION_DENIED};
+use crate::error::{Error, ResponseLimit, PERMISSION_DENIED};
 use crate::pb::{
     auth_client::AuthClient, kv_client::KvClient, maintenance_client::MaintenanceClient,
     watch_client::WatchClient, AuthDisableRequest, AuthEnableRequest, AuthRoleAddRequest,
@@ -33,7 +33,8 @@ pub struct ConnectOptions {
     /// Limit on opening a connection: on the TCP connect, and again on
     /// the TLS handshake.
     pub connect_timeout: Duration,
-    /// Limit on each call (for a watch: on opening the stream).
+    /// Limit on each call on one member, the logins it waits for or makes
+    /// included (for a watch: on opening the stream).
     pub timeout: Duration,
     /// HTTP/2 ping interval and the wait for its answer, if any.
     pub keep_alive: Option<(Duration, Duration)>,
@@ -43,22 +44,25 @@ pub struct ConnectOptions {
     pub tls: Option<TlsOptions>,
     /// The largest answer accepted, in bytes (default
     /// [`DEFAULT_MAX_RESPONSE_SIZE`]); a larger one fails its call with
-    /// `OutOfRange`.
+    /// [`Error::TooLarge`] before any of it is buffered.
     pub max_response_size: usize,
+    /// The setting that raises `max_response_size` (a metadata field),
+    /// named in [`Error::TooLarge`]; none: the error names no setting.
+    pub max_response_size_setting: Option<&'static str>,
 }
 
-/// The default [`ConnectOptions::max_response_size`]: `i32::MAX` bytes,
-/// etcd's own bound — what its Go client accepts and its server sends at
-/// most.
+/// The default [`ConnectOptions::max_response_size`]: 64 MiB.
 ///
-/// Not gRPC's 4 MiB default: etcd caps each request (1.5 MiB by default),
-/// not the answers, so a range over a prefix or a watch response catching
-/// up on up to 1,000 revisions is as large as the values it holds; a
-/// smaller bound would make data etcd accepted unreadable — a prefix that
-/// cannot be read at all, a watch failing on the same catch-up forever.
-/// The bound does not cost memory by itself: an answer takes what its
-/// values take, and the config store keeps the whole prefix anyway.
-pub const DEFAULT_MAX_RESPONSE_SIZE: usize = i32::MAX as usize;
+/// The gRPC decoder reserves the length an answer announces before it
+/// reads it, so this bound is what one stream may make the client
+/// allocate on the word of the server — or of anyone in between on a
+/// plain `http://` connection: `i32::MAX` (what etcd's Go client accepts)
+/// would let each announce 2 GiB. Not gRPC's 4 MiB default either: etcd
+/// caps each request (1.5 MiB by default), not the answers, so a range
+/// over a prefix, or a watch response catching up on many revisions, is
+/// as large as the values it holds; 64 MiB reads a config prefix of
+/// dozens of values at etcd's largest. A client for more raises it.
+pub const DEFAULT_MAX_RESPONSE_SIZE: usize = 64 * 1024 * 1024;
 
 /// TLS for `https://` endpoints, as PEM bytes.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -122,6 +126,7 @@ impl std::fmt::Debug for ConnectOptions {
             .field("user", &user)
             .field("tls", &self.tls)
             .field("max_response_size", &self.max_response_size)
+            .field("max_response_size_setting", &self.max_response_size_setting)
             .finish()
     }
 }
@@ -135,9 +140,13 @@ impl Default for ConnectOptions {
             user: None,
             tls: None,
             max_response_size: DEFAULT_MAX_RESPONSE_SIZE,
+            max_response_size_setting: None,
         }
     }
 }
+
+/// When a call on one member must end (tokio's clock: paused in tests).
+type Deadline = tokio::time::Instant;
 
 /// Adds the current auth token (if any) to each request as `token`.
 #[derive(Clone, Default)]
@@ -443,8 +452,11 @@ impl Members {
 /// When that member is unreachable — refused, reset, no answer within the
 /// time limit, or it reports no leader — the client moves on to the next
 /// endpoint and makes the call there, trying each member at most once per
-/// call; later calls stay on the member that answered. A call therefore
-/// takes at most `timeout` × the number of endpoints. A write that timed
+/// call; later calls stay on the member that answered. Everything a call
+/// does on one member — waiting for another call's login, logging in,
+/// the call, and after a refused token the login and the call once more —
+/// shares one `timeout`, so a call takes at most `timeout` × the number
+/// of endpoints (and so does [`connect`](Self::connect)). A write that timed
 /// out may have been applied before it is made again on the next member:
 /// puts and deletes are idempotent, and a transaction guarded by a compare
 /// (as rewire's are) fails its compare rather than apply twice.
@@ -459,8 +471,8 @@ pub struct Client {
     token: TokenInterceptor,
     user: Option<Arc<(String, String)>>,
     timeout: Duration,
-    /// The largest answer accepted, in bytes.
-    max_response_size: usize,
+    /// The largest answer accepted, and the setting that raises it.
+    limit: ResponseLimit,
     /// What the channels were made from, to make them again.
     endpoints: Arc<Vec<String>>,
     options: Arc<RwLock<ConnectOptions>>,
@@ -496,14 +508,19 @@ impl Client {
             token,
             user: options.user.clone().map(Arc::new),
             timeout: options.timeout,
-            max_response_size: options.max_response_size,
+            limit: ResponseLimit {
+                bytes: options.max_response_size,
+                setting: options.max_response_size_setting,
+            },
             endpoints: Arc::new(endpoints.to_vec()),
             options: Arc::new(RwLock::new(options)),
             replaced: Arc::new(watch::Sender::new(0)),
             generations: Arc::new(AtomicU64::new(0)),
         };
         if client.user.is_some() {
-            client.failover(|index, _| client.login(index)).await?;
+            client
+                .failover(|index, _| client.login(index, client.deadline()))
+                .await?;
         }
         Ok(client)
     }
@@ -567,6 +584,11 @@ impl Client {
         self.replaced.subscribe()
     }
 
+    /// The limit on an answer, and the setting that raises it.
+    pub(crate) fn limit(&self) -> ResponseLimit {
+        self.limit
+    }
+
     pub(crate) fn token(&self) -> &TokenInterceptor {
         &self.token
     }
@@ -575,8 +597,8 @@ impl Client {
     /// token) and keeps the token for later calls. On an etcd with
     /// authentication off (it refuses the login) calls go without a token:
     /// a user configured for a cluster that has none, or one turned off
-    /// under the client, is no error.
-    async fn login(&self, index: usize) -> Result<(), Error> {
+    /// under the client, is no error. Bounded by `deadline`.
+    async fn login(&self, index: usize, deadline: Deadline) -> Result<(), Error> {
         let Some(user) = &self.user else {
             return Ok(());
         };
@@ -586,7 +608,10 @@ impl Client {
         };
         let members = self.members();
         let mut auth = self.auth(members.login_channel(index));
-        let response = match self.bounded(auth.authenticate(request)).await {
+        let response = match self
+            .bounded_until(deadline, auth.authenticate(request))
+            .await
+        {
             Ok(response) => response,
             // As etcd's Go client does: no token, and calls carry on.
             Err(err) if err.is_auth_not_enabled() => {
@@ -610,8 +635,8 @@ impl Client {
     /// make one login, not one each. A login attempt of another call that
     /// finished since and failed fails this call too, with its error: one
     /// failed login per round, not one per waiting call, one after
-    /// another. One login at a time; the wait for a turn is bounded by
-    /// the call's time limit.
+    /// another. One login at a time; the wait for a turn and the login
+    /// are bounded by `deadline`, the call's on this member.
     ///
     /// What a login that runs out means depends on `cause`: before the
     /// call ([`LoginCause::Stale`]) the member has not answered, and it is
@@ -634,11 +659,12 @@ impl Client {
         index: usize,
         seen: LoginMark,
         cause: LoginCause,
+        deadline: Deadline,
     ) -> Result<(), Error> {
         if self.user.is_none() {
             return Ok(());
         }
-        let mut last_failure = tokio::time::timeout(self.timeout, self.token.login_turn.lock())
+        let mut last_failure = tokio::time::timeout_at(deadline, self.token.login_turn.lock())
             .await
             .map_err(|_| Error::LoginTimeout(self.timeout))?;
         if self.token.generation() != seen.generation && !self.token.is_stale() {
@@ -652,7 +678,10 @@ impl Client {
             }
         }
         let stale = StaleUntilLoggedIn::take(&self.token);
-        let login = self.login(index).await.map_err(|err| cause.failure(err));
+        let login = self
+            .login(index, deadline)
+            .await
+            .map_err(|err| cause.failure(err));
         *last_failure = login.as_ref().err().map(|error| LoginFailure {
             member: index,
             error: error.clone(),
@@ -663,10 +692,18 @@ impl Client {
         Ok(())
     }
 
-    /// Runs `call` within the time limit, in a trace span named after the
-    /// request (`etcd Range`).
-    pub(crate) async fn bounded<R>(
+    /// When a call starting now on one member must end: after the time
+    /// limit.
+    fn deadline(&self) -> Deadline {
+        Deadline::now() + self.timeout
+    }
+
+    /// Runs `call` until `deadline` ([`Error::Timeout`] then), in a trace
+    /// span named after the request (`etcd Range`); an answer over the
+    /// size limit is [`Error::TooLarge`].
+    pub(crate) async fn bounded_until<R>(
         &self,
+        deadline: Deadline,
         call: impl Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     ) -> Result<R, Error> {
         use tracing::Instrument;
@@ -681,9 +718,9 @@ impl Client {
         if !span.is_disabled() {
             span.record("otel.name", format!("etcd {operation}"));
         }
-        match tokio::time::timeout(self.timeout, call.instrument(span)).await {
+        match tokio::time::timeout_at(deadline, call.instrument(span)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(Error::Status(status)),
+            Ok(Err(status)) => Err(self.limit.error(status)),
             Err(_) => Err(Error::Timeout(self.timeout)),
         }
     }
@@ -717,7 +754,8 @@ impl Client {
     /// Runs `call` within the time limit, failing over between members;
     /// on an expired or unknown token, logs in again and runs it once
     /// more. Logs in first when a watch found the token refused (see
-    /// [`WatchStream::message`](crate::WatchStream::message)).
+    /// [`WatchStream::message`](crate::WatchStream::message)). All of it
+    /// on one member ends within the time limit: see [`Client`].
     pub(crate) async fn call<R, F, Fut>(&self, call: F) -> Result<R, Error>
     where
         F: Fn(Service) -> Fut,
@@ -737,15 +775,26 @@ impl Client {
     {
         let call = &call;
         self.failover(move |index, service| async move {
+            let deadline = self.deadline();
             let seen = self.token.mark();
             if self.user.is_some() && self.token.is_stale() {
-                self.login_once(index, seen, LoginCause::Stale).await?;
+                self.login_once(index, seen, LoginCause::Stale, deadline)
+                    .await?;
             }
             let seen = self.token.mark();
-            match self.bounded(call(index, service.clone())).await {
+            match self
+                .bounded_until(deadline, call(index, service.clone()))
+                .await
+            {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
-                    self.login_once(index, seen, LoginCause::Refused).await?;
-                    self.bounded(call(index, service)).await
+                    self.login_once(index, seen, LoginCause::Refused, deadline)
+                        .await?;
+                    // The member answered the call and the login: out of
+                    // time now, the time went into logging in, as when
+                    // the login runs out — no sign of a member gone.
+                    self.bounded_until(deadline, call(index, service))
+                        .await
+                        .map_err(|err| LoginCause::Refused.failure(err))
                 }
                 other => other,
             }
@@ -755,22 +804,22 @@ impl Client {
 
     /// The KV API on `service`, accepting answers up to the limit.
     fn kv(&self, service: Service) -> KvClient<Service> {
-        KvClient::new(service).max_decoding_message_size(self.max_response_size)
+        KvClient::new(service).max_decoding_message_size(self.limit.bytes)
     }
 
     /// The Auth API on `service`, accepting answers up to the limit.
     fn auth(&self, service: Service) -> AuthClient<Service> {
-        AuthClient::new(service).max_decoding_message_size(self.max_response_size)
+        AuthClient::new(service).max_decoding_message_size(self.limit.bytes)
     }
 
     /// The Maintenance API on `service`, accepting answers up to the limit.
     fn maintenance(&self, service: Service) -> MaintenanceClient<Service> {
-        MaintenanceClient::new(service).max_decoding_message_size(self.max_response_size)
+        MaintenanceClient::new(service).max_decoding_message_size(self.limit.bytes)
     }
 
     /// The Watch API on `service`, accepting responses up to the limit.
     pub(crate) fn watch_api(&self, service: Service) -> WatchClient<Service> {
-        WatchClient::new(service).max_decoding_message_size(self.max_response_size)
+        WatchClient::new(service).max_decoding_message_size(self.limit.bytes)
     }
 
     /// `Range`, as given.
@@ -977,6 +1026,16 @@ const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Unanswered probes before the connection is given up.
 const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
+/// Whether HTTP/2 pings go out while no call or watch is open on the
+/// connection: no. etcd's gRPC server (grpc-go, enforcement policy with
+/// `PermitWithoutStream: false`, `MinTime` 5 s by default) counts every
+/// ping on a connection without a stream as a strike and, past two,
+/// closes it with GOAWAY `too_many_pings`: an idle connection would be
+/// dropped and dialled again every few intervals. With a call or watch
+/// open, pings go out and find a dead connection; a connection that died
+/// while idle is found by the next call's own time limit.
+const KEEP_ALIVE_WHILE_IDLE: bool = false;
+
 /// The endpoint for `url`, with the limits, keep-alive and TLS of `options`.
 /// Opening a connection may take `connect_timeout` for TCP and as long
 /// again for the TLS handshake.
@@ -995,7 +1054,7 @@ fn endpoint(url: &str, options: &ConnectOptions) -> Result<Endpoint, Error> {
         endpoint = endpoint
             .http2_keep_alive_interval(interval)
             .keep_alive_timeout(wait)
-            .keep_alive_while_idle(true);
+            .keep_alive_while_idle(KEEP_ALIVE_WHILE_IDLE);
     }
     if url.starts_with("https://") {
         let tls = options
@@ -1040,6 +1099,8 @@ fn operation_of<R>() -> &'static str {
     name.strip_suffix("Response").unwrap_or(name)
 }
 
+#[cfg(test)]
+mod limits_tests;
 #[cfg(test)]
 mod login_tests;
 

@@ -25,13 +25,65 @@ pub enum Error {
     Timeout(Duration),
     /// The server refused the call's auth token, and no login (this
     /// call's, or the one of another call it waited for) finished within
-    /// the limit. The server answered: not [unreachable](Self::is_unreachable),
+    /// the limit — or one did, and left too little of it for the call
+    /// made again. The server answered: not [unreachable](Self::is_unreachable),
     /// so the client stays on it. (A login made before the call, the token
     /// being known stale, that runs out is [`Timeout`](Self::Timeout): that
     /// member has not answered.)
     #[error("the server refused the auth token and no login finished within {0:?}")]
     LoginTimeout(Duration),
+    /// An answer announced itself larger than the client accepts
+    /// ([`ConnectOptions::max_response_size`](crate::ConnectOptions::max_response_size)):
+    /// refused before any of it is buffered. The server answered: not
+    /// [unreachable](Self::is_unreachable).
+    #[error("the answer is larger than the {limit} bytes this client accepts{}: {}", raise_hint(*.setting), .status.message())]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+        /// The setting that raises it, if the client's owner named one.
+        setting: Option<&'static str>,
+        /// What the gRPC decoder said (it gives the size announced).
+        status: tonic::Status,
+    },
 }
+
+/// ` (raise `setting`)`, or nothing.
+fn raise_hint(setting: Option<&'static str>) -> String {
+    setting.map_or_else(String::new, |setting| format!(" (raise `{setting}`)"))
+}
+
+/// The limit on an answer a client accepts, and the setting that raises
+/// it: turns the gRPC decoder's refusal of a larger answer into
+/// [`Error::TooLarge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ResponseLimit {
+    /// The largest answer accepted, in bytes.
+    pub(crate) bytes: usize,
+    /// The setting that raises it, named in the error.
+    pub(crate) setting: Option<&'static str>,
+}
+
+impl ResponseLimit {
+    /// The error for `status`: [`Error::TooLarge`] when it is the gRPC
+    /// decoder refusing an answer over this limit, else `status` as is.
+    pub(crate) fn error(self, status: tonic::Status) -> Error {
+        let over_limit = status.code() == tonic::Code::OutOfRange
+            && status.message().contains(DECODED_TOO_LARGE);
+        if over_limit {
+            Error::TooLarge {
+                limit: self.bytes,
+                setting: self.setting,
+                status,
+            }
+        } else {
+            Error::Status(status)
+        }
+    }
+}
+
+/// tonic's message when an answer announces more than the limit:
+/// "decoded message length too large: found N bytes, the limit is: M bytes".
+const DECODED_TOO_LARGE: &str = "message length too large";
 
 impl Error {
     /// The gRPC status, when the server answered with one.
@@ -56,7 +108,10 @@ impl Error {
                     | tonic::Code::DeadlineExceeded
                     | tonic::Code::Cancelled
             ),
-            Self::Endpoint { .. } | Self::NoEndpoint | Self::LoginTimeout(_) => false,
+            Self::Endpoint { .. }
+            | Self::NoEndpoint
+            | Self::LoginTimeout(_)
+            | Self::TooLarge { .. } => false,
         }
     }
 
@@ -79,9 +134,12 @@ impl Error {
     /// here, or over what the server sends. A smaller request (fewer
     /// ranges at once) may be answered.
     pub fn is_too_large(&self) -> bool {
+        if matches!(self, Self::TooLarge { .. }) {
+            return true;
+        }
         self.status().is_some_and(|s| match s.code() {
             // tonic: "decoded message length too large".
-            tonic::Code::OutOfRange => s.message().contains("message length too large"),
+            tonic::Code::OutOfRange => s.message().contains(DECODED_TOO_LARGE),
             // grpc-go: "trying to send message larger than max".
             tonic::Code::ResourceExhausted => s.message().contains("larger than max"),
             _ => false,

@@ -4,8 +4,8 @@
 //!
 //! * [`Client::connect`] opens a channel to each of one or more endpoints
 //!   (`http://host:port` or `https://host:port` with [`ConnectOptions::tls`]),
-//!   logs in when given a user, and bounds every call by
-//!   [`ConnectOptions::timeout`].
+//!   logs in when given a user, and bounds what a call does on each
+//!   member, logins included, by [`ConnectOptions::timeout`].
 //! * Calls go to one member; one that is unreachable (refused, reset, no
 //!   answer in time, no leader) is left for the next endpoint, and the
 //!   call made there — each member at most once per call. Watches require
@@ -13,9 +13,12 @@
 //! * An expired auth token (etcd's simple tokens expire after 5 idle
 //!   minutes) is renewed by logging in again, and the call retried once;
 //!   the calls refused together log in once, not once each.
-//! * Answers up to [`DEFAULT_MAX_RESPONSE_SIZE`] (etcd's own bound, not
-//!   gRPC's 4 MiB) are accepted: a prefix or a watch catch-up holding
-//!   large values stays readable.
+//! * Answers up to [`ConnectOptions::max_response_size`] are accepted
+//!   (default [`DEFAULT_MAX_RESPONSE_SIZE`], 64 MiB: not gRPC's 4 MiB, so
+//!   a prefix holding large values stays readable, nor the 2 GiB a server
+//!   could make the client reserve per stream); a larger one fails its
+//!   call with [`Error::TooLarge`], naming the limit and the setting that
+//!   raises it.
 //! * [`pb`] holds the generated messages, for requests the helpers here do
 //!   not cover.
 

@@ -6,8 +6,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{Client, Members, TokenInterceptor};
-use crate::error::{is_auth_cancel, Error};
-use crate::pb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest, WatchResponse};
+use crate::error::{is_auth_cancel, Error, ResponseLimit};
+use crate::pb::{
+    watch_request::RequestUnion, WatchCreateRequest, WatchProgressRequest, WatchRequest,
+    WatchResponse,
+};
 
 /// The responses of one watch. Dropping it ends the watch.
 ///
@@ -16,8 +19,9 @@ use crate::pb::{watch_request::RequestUnion, WatchCreateRequest, WatchRequest, W
 /// next watch (and call) goes to another one.
 #[derive(Debug)]
 pub struct WatchStream {
-    /// Kept so that the request side stays open while the watch runs.
-    _requests: mpsc::Sender<WatchRequest>,
+    /// The request side: open while the watch runs; progress requests
+    /// go through it.
+    requests: mpsc::Sender<WatchRequest>,
     responses: tonic::Streaming<WatchResponse>,
     members: Arc<Members>,
     member: usize,
@@ -26,6 +30,8 @@ pub struct WatchStream {
     /// just before it was sent: a login in between makes it look older,
     /// which at worst asks for one login more).
     generation: u64,
+    /// The limit on a response, named in the error for a larger one.
+    limit: ResponseLimit,
 }
 
 impl WatchStream {
@@ -41,7 +47,11 @@ impl WatchStream {
     /// login per retry would not change that (see
     /// `TokenInterceptor::refused_watch`).
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Error> {
-        let next = self.responses.message().await.map_err(Error::Status);
+        let next = self
+            .responses
+            .message()
+            .await
+            .map_err(|status| self.limit.error(status));
         match &next {
             Ok(Some(response)) if response.canceled => {
                 if is_auth_cancel(&response.cancel_reason) {
@@ -59,6 +69,33 @@ impl WatchStream {
             }
         }
         next
+    }
+
+    /// Asks the member to answer on the stream with its revision (a
+    /// response without events whose `watch_id` is -1: it concerns every
+    /// watch of the stream): proof that it still serves the stream,
+    /// which its keep-alive pings are not (a member whose apply loop is
+    /// stuck answers them). Returns false when the request could not be
+    /// queued: the one before it is still unsent, the member is not
+    /// reading the stream.
+    ///
+    /// The answer's revision is no progress of the watch: etcd 3.4 answers
+    /// with its current revision even while the watch still catches up on
+    /// older events, and the answer may overtake events already queued
+    /// (etcd issue 15220).
+    pub fn request_progress(&self) -> bool {
+        let request = WatchRequest {
+            request_union: Some(RequestUnion::ProgressRequest(WatchProgressRequest {})),
+        };
+        self.requests.try_send(request).is_ok()
+    }
+
+    /// Ends the watch as the member's fault (it went silent): the client
+    /// moves on from the member, as after a failed stream, so the next
+    /// watch (and call) goes to another one.
+    pub fn abandon(self) {
+        self.token.watch_went_on();
+        self.members.skip(self.member);
     }
 }
 
@@ -96,12 +133,13 @@ impl Client {
             .await?;
         let (requests, responses) = stream;
         Ok(WatchStream {
-            _requests: requests,
+            requests,
             responses,
             members,
             member,
             token: self.token().clone(),
             generation,
+            limit: self.limit(),
         })
     }
 }

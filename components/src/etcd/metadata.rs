@@ -19,6 +19,14 @@ pub const DEFAULT_WATCH_RETRY_MS: u64 = 500;
 pub const MAX_WATCH_RETRY: Duration = Duration::from_secs(30);
 /// The port of an endpoint written without one.
 pub const DEFAULT_PORT: u16 = 2379;
+/// `maxResponseBytes` when none is given: the etcd client's default.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = rewire_etcd::DEFAULT_MAX_RESPONSE_SIZE;
+/// The largest `maxResponseBytes`: the most a gRPC message may hold (and
+/// etcd's server sends).
+pub const MAX_RESPONSE_BYTES_CEILING: u64 = i32::MAX as u64;
+/// The metadata field that raises the limit on one answer from etcd,
+/// named in the error for an answer over it.
+pub const MAX_RESPONSE_BYTES_FIELD: &str = "maxResponseBytes";
 
 /// Metadata of the `etcd` config store.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
@@ -57,6 +65,11 @@ pub struct EtcdMetadata {
     /// TLS: the client certificate's private key (PEM text or file path).
     #[serde(default)]
     pub client_key: String,
+    /// The largest answer taken from etcd, in bytes (a read of the whole
+    /// prefix, a watch response catching up); default 64 MiB, at most
+    /// `i32::MAX`. A larger answer fails its read, naming this field.
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
 }
 
 fn default_watch_retry_ms() -> u64 {
@@ -76,6 +89,7 @@ impl EtcdMetadata {
             ca_cert: String::new(),
             client_cert: String::new(),
             client_key: String::new(),
+            max_response_bytes: None,
         }
     }
 
@@ -153,6 +167,13 @@ impl EtcdMetadata {
                 password: self.password.clone(),
             }),
         };
+        let max_response_bytes = match self.max_response_bytes {
+            None => DEFAULT_MAX_RESPONSE_BYTES,
+            Some(bytes @ 1..=MAX_RESPONSE_BYTES_CEILING) => {
+                usize::try_from(bytes).map_err(|_| EtcdMetadataError::MaxResponseBytes(bytes))?
+            }
+            Some(bytes) => return Err(EtcdMetadataError::MaxResponseBytes(bytes)),
+        };
         let retry_ms = match self.watch_retry_ms {
             0 => DEFAULT_WATCH_RETRY_MS,
             ms => ms,
@@ -165,6 +186,7 @@ impl EtcdMetadata {
             credentials,
             dial,
             watch_retry: Duration::from_millis(retry_ms).min(MAX_WATCH_RETRY),
+            max_response_bytes,
         })
     }
 }
@@ -187,6 +209,7 @@ impl fmt::Debug for EtcdMetadata {
                 "client_key",
                 &crate::tls::PemSource::shown(&self.client_key),
             )
+            .field("max_response_bytes", &self.max_response_bytes)
             .finish()
     }
 }
@@ -222,6 +245,8 @@ pub struct EtcdSettings {
     pub dial: Duration,
     /// `watchRetryMs`, at most 30 s: first wait before re-watching.
     pub watch_retry: Duration,
+    /// `maxResponseBytes`: the largest answer taken from etcd.
+    pub max_response_bytes: usize,
     /// The TLS material, read, when TLS is asked for.
     pub tls: Option<crate::tls::ClientTls>,
     /// The TLS fields as declared (paths resolved), when TLS is asked
@@ -289,6 +314,11 @@ pub enum EtcdMetadataError {
     /// A negative `dialTimeout`.
     #[error("metadata field `dialTimeout` must not be negative")]
     DialTimeout,
+    /// `maxResponseBytes` zero or past a gRPC message's largest.
+    #[error(
+        "metadata field `maxResponseBytes` of the etcd config store must be between 1 and {MAX_RESPONSE_BYTES_CEILING} bytes, not {0}"
+    )]
+    MaxResponseBytes(u64),
     /// `password` without `username`.
     #[error("metadata field `password` is set but `username` is not")]
     PasswordWithoutUser,
@@ -421,18 +451,21 @@ mod tests {
         assert_eq!(s.endpoints, vec!["127.0.0.1:2379", "h:2379"]);
         assert_eq!(s.dial, DEFAULT_DIAL_TIMEOUT);
         assert_eq!(s.watch_retry, Duration::from_millis(500));
+        assert_eq!(s.max_response_bytes, 64 * 1024 * 1024);
         assert_eq!(s.credentials, None);
         assert_eq!(s.urls()[1], "http://h:2379");
 
         let m = decode(json!({
             "endpoints": "http://[::1]:2380", "keyPrefix": "/app/", "username": "root",
-            "password": "pw", "dialTimeout": "500ms", "watchRetryMs": "90000"
+            "password": "pw", "dialTimeout": "500ms", "watchRetryMs": "90000",
+            "maxResponseBytes": "268435456"
         }))
         .unwrap_or_else(|e| panic!("{e}"));
         let s = m.settings().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.endpoints, vec!["[::1]:2380"]);
         assert_eq!(s.dial, Duration::from_millis(500));
         assert_eq!(s.watch_retry, MAX_WATCH_RETRY);
+        assert_eq!(s.max_response_bytes, 256 * 1024 * 1024);
         assert_eq!(s.key_prefix, "/app/");
         assert!(!format!("{m:?} {s:?}").contains("pw"));
         assert_eq!(s.scrub("bad pw"), "bad <redacted>");
@@ -449,6 +482,14 @@ mod tests {
                 "dialTimeout",
             ),
             (json!({"endpoints": "h:1", "keyprefix": "x"}), "keyPrefix"),
+            (
+                json!({"endpoints": "h:1", "maxResponseBytes": -1}),
+                "maxResponseBytes",
+            ),
+            (
+                json!({"endpoints": "h:1", "maxResponseBytes": "64MiB"}),
+                "maxResponseBytes",
+            ),
         ] {
             let err = decode(value).map(|_| ()).expect_err("expected an error");
             assert!(err.contains(field), "{err}");
@@ -520,5 +561,29 @@ mod tests {
                  and `password`"
             )
         );
+    }
+}
+
+#[cfg(test)]
+mod max_response_bytes_tests {
+    use super::{EtcdMetadata, EtcdMetadataError, MAX_RESPONSE_BYTES_CEILING};
+
+    #[test]
+    fn max_response_bytes_must_be_positive_and_fit_a_grpc_message() {
+        for bytes in [0, MAX_RESPONSE_BYTES_CEILING + 1, u64::MAX] {
+            let mut m = EtcdMetadata::new("h:1");
+            m.max_response_bytes = Some(bytes);
+            let err = m.settings().map(|_| ()).expect_err("accepted");
+            assert_eq!(err, EtcdMetadataError::MaxResponseBytes(bytes));
+            let text = err.to_string();
+            assert!(
+                text.contains("`maxResponseBytes`") && text.contains("etcd config store"),
+                "{text}"
+            );
+        }
+        let mut m = EtcdMetadata::new("h:1");
+        m.max_response_bytes = Some(MAX_RESPONSE_BYTES_CEILING);
+        let settings = m.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(settings.max_response_bytes, i32::MAX as usize);
     }
 }

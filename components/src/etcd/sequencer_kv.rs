@@ -608,6 +608,7 @@ fn connect_options(settings: &EtcdSettings) -> ConnectOptions {
             .map(|c| (c.username.clone(), c.password.clone())),
         tls: settings.tls.as_ref().map(tls_options),
         max_response_size: MAX_ANSWER_BYTES,
+        max_response_size_setting: None,
     }
 }
 
@@ -634,7 +635,8 @@ mod tests {
     use super::*;
 
     /// The sequencer's client takes answers of at most 4 MiB (it reads
-    /// empty counters and short records), not etcd's `i32::MAX` bytes.
+    /// empty counters and short records), not the config store's
+    /// `maxResponseBytes`.
     #[test]
     fn answers_are_bounded_to_a_few_mib() {
         let settings = EtcdSettings {
@@ -645,6 +647,7 @@ mod tests {
             watch_retry: std::time::Duration::from_secs(1),
             tls: None,
             tls_fields: None,
+            max_response_bytes: 1 << 30,
         };
         let options = connect_options(&settings);
         assert_eq!(options.max_response_size, 4 * 1024 * 1024);

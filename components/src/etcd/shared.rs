@@ -15,12 +15,14 @@ use tracing::info;
 use super::cache::{read_prefix, KvCache, SharedCache};
 use super::fanout::Fanout;
 use super::keys::KeyLayout;
-use super::metadata::EtcdSettings;
+use super::metadata::{EtcdSettings, MAX_RESPONSE_BYTES_FIELD};
 use super::reads::Reads;
 use super::subscribers::Subscribers;
 use super::watch::Follower;
 
-/// HTTP/2 ping interval on the connection (etcd accepts one every 5 s).
+/// HTTP/2 ping interval on the connection while a call or the watch is
+/// open (etcd accepts one every 5 s then; none while idle, and the client
+/// sends none then).
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What the first store with these settings set up: the connection, the
@@ -217,7 +219,8 @@ impl Drop for Shared {
 
 /// The client's options for `settings`. Simple tokens expire (5 min idle
 /// by default): the client logs in again rather than fail the request or
-/// the re-watch.
+/// the re-watch. Answers are taken up to `maxResponseBytes`, and a larger
+/// one fails naming that field.
 fn options(settings: &EtcdSettings) -> ConnectOptions {
     ConnectOptions {
         connect_timeout: settings.dial,
@@ -228,7 +231,8 @@ fn options(settings: &EtcdSettings) -> ConnectOptions {
             .as_ref()
             .map(|c| (c.username.clone(), c.password.clone())),
         tls: tls_options(settings),
-        ..ConnectOptions::default()
+        max_response_size: settings.max_response_bytes,
+        max_response_size_setting: Some(MAX_RESPONSE_BYTES_FIELD),
     }
 }
 
@@ -239,4 +243,52 @@ pub(crate) fn tls_options(settings: &EtcdSettings) -> Option<rewire_etcd::TlsOpt
         identity: tls.identity.clone(),
         domain: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{options, Shared};
+    use crate::etcd::metadata::EtcdMetadata;
+    use rewire_runtime::ComponentKey;
+    use testkit::etcd::EtcdServer;
+
+    /// A prefix whose read is over `maxResponseBytes` fails the connection
+    /// with an error naming the limit and the field, before any of the
+    /// answer is taken.
+    #[tokio::test]
+    async fn a_prefix_over_max_response_bytes_fails_naming_the_field() {
+        let server = EtcdServer::start().await;
+        server.put("/big/k", &"v".repeat(8 * 1024)).await;
+        let mut metadata = EtcdMetadata::new(server.endpoint());
+        metadata.key_prefix = "/big/".into();
+        metadata.max_response_bytes = Some(4096);
+        let settings = metadata.settings().unwrap_or_else(|e| panic!("{e}"));
+        let shared = Shared::new(1, |_, _, _| {});
+        let key = ComponentKey::new("config_store", "etcd");
+        let refused = shared.connect(&settings, &key).await.map(drop);
+        let Err(err) = refused else {
+            panic!("a prefix over the limit was read");
+        };
+        let text = err.to_string();
+        assert!(err.is_too_large(), "{text}");
+        assert!(text.contains("4096 bytes"), "{text}");
+        assert!(text.contains("`maxResponseBytes`"), "{text}");
+    }
+
+    #[test]
+    fn the_client_takes_answers_up_to_max_response_bytes_and_names_the_field() {
+        let settings = EtcdMetadata::new("h:1")
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let by_default = options(&settings);
+        assert_eq!(by_default.max_response_size, 64 * 1024 * 1024);
+        assert_eq!(
+            by_default.max_response_size_setting,
+            Some("maxResponseBytes")
+        );
+        let mut metadata = EtcdMetadata::new("h:1");
+        metadata.max_response_bytes = Some(1 << 30);
+        let settings = metadata.settings().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(options(&settings).max_response_size, 1 << 30);
+    }
 }

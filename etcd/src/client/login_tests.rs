@@ -35,6 +35,8 @@ struct Fake {
     valid: Mutex<Option<String>>,
     /// Whether `Range` accepts any token (a member the client may move to).
     accepts_any: bool,
+    /// Whether `Range` refuses every token, even a fresh one.
+    accepts_none: bool,
     /// `Authenticate` requests received.
     logins: AtomicUsize,
     later: LaterLogins,
@@ -74,7 +76,8 @@ impl Fake {
             .get("token")
             .and_then(|t| t.to_str().ok());
         let valid = self.valid.lock().unwrap_or_else(|p| p.into_inner());
-        if self.accepts_any || (sent.is_some() && sent == valid.as_deref()) {
+        let fresh = sent.is_some() && sent == valid.as_deref();
+        if self.accepts_any || (fresh && !self.accepts_none) {
             Ok(RangeResponse::default())
         } else {
             Err(tonic::Status::unauthenticated(
@@ -165,6 +168,7 @@ async fn client_of_two_members(later: LaterLogins) -> (Client, Arc<Fake>) {
         Arc::new(Fake {
             valid: Mutex::new(None),
             accepts_any,
+            accepts_none: false,
             logins: AtomicUsize::new(0),
             later,
         })
@@ -296,4 +300,41 @@ async fn a_call_waiting_on_a_login_on_another_member_logs_in_on_its_own() {
         1,
         "a failure on member 0 moved the client off member 1"
     );
+}
+
+/// A call that logs in first (a watch found the token refused), is
+/// refused its fresh token and logs in again — each login taking most of
+/// the limit — ends within the limit on that member, not after each step
+/// took the limit on its own.
+#[tokio::test]
+async fn logging_in_twice_for_one_call_ends_within_the_limit_on_the_member() {
+    const SLOW: Duration = Duration::from_millis(600);
+    let limit = Duration::from_secs(1);
+    let fake = Arc::new(Fake {
+        valid: Mutex::new(None),
+        accepts_any: false,
+        accepts_none: true,
+        logins: AtomicUsize::new(0),
+        later: LaterLogins::Slow(SLOW),
+    });
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_secs(2),
+        timeout: limit,
+        user: Some(("root".into(), "secret".into())),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&[serve(&fake)], options)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    client.token().mark_stale();
+    // The login first takes 600 ms of the 1 s, leaving 400 ms for the
+    // one after the refusal, which needs 600 ms: it runs out. (Each step
+    // bounded on its own, both logins finish and the server's refusal of
+    // the call made again comes back after 1.2 s.)
+    let answered = client.get("k").await;
+    assert!(
+        matches!(answered, Err(Error::LoginTimeout(l)) if l == limit),
+        "{answered:?}"
+    );
+    assert_eq!(fake.logins.load(Ordering::Acquire), 3, "connect, then two");
 }
