@@ -375,10 +375,25 @@ fn report_refused(
 
 /// Offers `spec` its componentRefs as start-up will, so a ref no field
 /// takes, or a required one missing, is found before start: the problem,
-/// if any (worded as start-up words it, so validate and run agree).
+/// if any (worded as start-up words it, so validate and run agree). The
+/// check runs the component's own code (its `Default`, its
+/// `check_injected`): a panic there is this component's problem, not the
+/// end of the validation (nor of the reload running it).
 fn refused_refs(spec: &ComponentSpec, descriptor: Option<&ComponentDescriptor>) -> Option<Problem> {
     let check_refs = descriptor?.check_refs?;
-    let refused = check_refs(&mut spec.component_refs.iter().map(|r| &r.key)).err()?;
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        check_refs(&mut spec.component_refs.iter().map(|r| &r.key))
+    }));
+    let refused = match checked {
+        Ok(checked) => checked.err()?,
+        Err(payload) => {
+            let message = crate::guarded::panic_message(payload.as_ref());
+            return Some(Problem::component(
+                &spec.key,
+                secret_values::refs_panic_problem(message),
+            ));
+        }
+    };
     let message = match refused.index {
         Some(i) => format!("componentRef[{i}]: {}", refused.error),
         None => refused.error.to_string(),

@@ -45,6 +45,18 @@ use crate::registry::Registry;
 use crate::running::RunningSet;
 use history::History;
 
+/// What a reload task committed, left for [`Reloader::joined_marked`]
+/// should the task panic after its commit.
+#[derive(Debug)]
+struct Committed {
+    /// [`Outcome::Applied`] or [`Outcome::NoChange`].
+    outcome: Outcome,
+    /// The generation serving from the commit on.
+    generation: u64,
+    actions: std::collections::BTreeMap<crate::component::ComponentKey, Action>,
+    serving: imbl::OrdSet<crate::component::ComponentKey>,
+}
+
 /// How reloads build and retire components.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ReloadSettings {
@@ -113,22 +125,43 @@ impl Reloader {
         let recording = record::Recording::start(request.trigger.clone(), request.attempt);
         let reloader = Arc::clone(self);
         let traced = Arc::new(OnceLock::new());
+        let committed = Arc::new(OnceLock::new());
         let task = tokio::spawn({
             let traced = Arc::clone(&traced);
-            async move { reloader.run(request, &traced).await }
+            let committed = Arc::clone(&committed);
+            async move { reloader.run(request, &traced, &committed).await }
         });
-        self.joined(recording, &traced, task).await
+        self.joined_marked(recording, &traced, &committed, task)
+            .await
     }
 
-    /// The end of the reload `task`. When it panicked (a bug: components'
-    /// own calls are guarded), nothing was recorded: it is recorded here,
-    /// rolled back, so history, events and metrics still show it; on the
-    /// reload's own root span, `traced` (one reload, one trace), or on a
-    /// new one if the task panicked before it had one.
+    /// [`joined_marked`](Self::joined_marked) of a task that never
+    /// commits.
+    #[cfg(test)]
     async fn joined(
         &self,
         recording: record::Recording,
         traced: &OnceLock<Span>,
+        task: tokio::task::JoinHandle<Result<ReloadRecord, ReloadError>>,
+    ) -> Result<ReloadRecord, ReloadError> {
+        self.joined_marked(recording, traced, &OnceLock::new(), task)
+            .await
+    }
+
+    /// The end of the reload `task`. When it panicked (a bug: components'
+    /// own calls are guarded), nothing was recorded: it is recorded here,
+    /// so history, events and metrics still show it; on the reload's own
+    /// root span, `traced` (one reload, one trace), or on a new one if the
+    /// task panicked before it had one. Before its commit, it is rolled
+    /// back (the running set is untouched; a trigger retries it). After
+    /// it (`committed` says what), the new generation serves: it is
+    /// recorded as committed, the panic in its error, and answered as
+    /// such (retrying it would apply it again, to no end).
+    async fn joined_marked(
+        &self,
+        recording: record::Recording,
+        traced: &OnceLock<Span>,
+        committed: &OnceLock<Committed>,
         task: tokio::task::JoinHandle<Result<ReloadRecord, ReloadError>>,
     ) -> Result<ReloadRecord, ReloadError> {
         let err = match task.await {
@@ -139,6 +172,24 @@ impl Reloader {
             true => panic_message(&*err.into_panic()).to_string(),
             false => "cancelled".to_string(),
         };
+        let span = match traced.get() {
+            Some(span) => span.clone(),
+            None => trace::reload_span(recording.trigger(), recording.attempt()),
+        };
+        if let Some(committed) = committed.get() {
+            let message = self
+                .redactor
+                .scrub(&format!("the reload panicked after its commit: {why}"));
+            tracing::error!(error = %message, generation = committed.generation, "Reload task failed after its commit; recorded as committed.");
+            let ending = record::Ending {
+                outcome: committed.outcome,
+                generation: committed.generation,
+                actions: committed.actions.clone(),
+                serving: committed.serving.clone(),
+                error: Some(message),
+            };
+            return Ok(span.in_scope(|| self.finish(recording, ending)));
+        }
         let message = self.redactor.scrub(&format!("the reload panicked: {why}"));
         tracing::error!(error = %message, "Reload task failed; recorded as rolled back.");
         let ending = record::Ending {
@@ -147,10 +198,6 @@ impl Reloader {
             actions: std::collections::BTreeMap::new(),
             serving: imbl::OrdSet::new(),
             error: Some(message.clone()),
-        };
-        let span = match traced.get() {
-            Some(span) => span.clone(),
-            None => trace::reload_span(recording.trigger(), recording.attempt()),
         };
         span.in_scope(|| self.finish(recording, ending));
         Err(ReloadError::RolledBack(vec![ComponentFailure {

@@ -16,7 +16,7 @@ use super::put_back::PutBack;
 use super::record::{Ending, Recording};
 use super::request::{ReloadError, ReloadRequest};
 use super::transaction::{self, Prepared};
-use super::Reloader;
+use super::{Committed, Reloader};
 use crate::assemble::{failure_lines, AssemblyContext, ComponentFailure, FailedStep};
 use crate::component::{ComponentKey, Handover, LeftMark};
 use crate::config::{validate_reload, ConfigDiff, LayerChange, Problems, ValidConfig};
@@ -33,11 +33,13 @@ impl Reloader {
     /// of then: the cause's span is not held for the whole reload), names
     /// the components it forces, and is left in the request's `ran_as`
     /// slot when it has one (for a retry to link to; none by default, so a
-    /// run leaves no span behind).
+    /// run leaves no span behind). What it committed, once it has, is left
+    /// in `committed_as` (for the caller, should the reload panic after it).
     pub(super) async fn run(
         &self,
         mut request: ReloadRequest,
         traced: &OnceLock<Span>,
+        committed_as: &OnceLock<Committed>,
     ) -> Result<ReloadRecord, ReloadError> {
         let asked = Instant::now();
         let serial = self.serial.lock().await;
@@ -49,13 +51,17 @@ impl Reloader {
             slot.put(span.clone());
         }
         let _ = traced.set(span.clone());
-        self.run_steps(request, serial).instrument(span).await
+        self.run_steps(request, committed_as, serial)
+            .instrument(span)
+            .await
     }
 
-    /// The steps of `request`, its turn (`_serial`) held to the end.
+    /// The steps of `request`, its turn (`_serial`) held to the end; what
+    /// it committed left in `committed_as`.
     async fn run_steps(
         &self,
         mut request: ReloadRequest,
+        committed_as: &OnceLock<Committed>,
         _serial: MutexGuard<'_, ()>,
     ) -> Result<ReloadRecord, ReloadError> {
         if self.stopped.is_cancelled() {
@@ -85,6 +91,9 @@ impl Reloader {
         };
         let (config, layers, diff) = candidate;
         let ended = Ended::by(&diff, &snapshot.config, &config, self.running.handover());
+        // Declared alike but written differently (scopes): no action, but
+        // a new declaration in force, so a new generation.
+        let rewritten = !diff.rewritten.is_empty();
         // Forced into this reload (see `prepare`); the commit clears their
         // marks, which a put-back of one gives back.
         let not_as_declared = snapshot.not_as_declared.clone();
@@ -111,10 +120,16 @@ impl Reloader {
         // behind meanwhile and closed the components in force.
         let committed = match self.stopped.is_cancelled() {
             true => Err(Box::new(Cut::of(prepared))),
-            false => self.commit(config, layers, prepared, ended),
+            false => self.commit(config, layers, prepared, ended, rewritten),
         };
         match committed {
             Ok((mut ending, put_back)) => {
+                let _ = committed_as.set(Committed {
+                    outcome: ending.outcome,
+                    generation: ending.generation,
+                    actions: ending.actions.clone(),
+                    serving: ending.serving.clone(),
+                });
                 if let Some(put_back) = put_back {
                     self.put_back(put_back, &not_as_declared, &mut ending).await;
                 }
@@ -142,10 +157,14 @@ impl Reloader {
         ReloadError::Stopped
     }
 
-    /// Checks `request` is not stale, lays its changes over the running
-    /// layers, and validates the result against the running configuration
-    /// (what is declared as before passed already); returns it with the
-    /// layers and its difference from the running configuration.
+    /// Checks `request` is based on the running generation (when it says),
+    /// lays its changes over the running layers, and validates the result
+    /// against the running configuration (what is declared as before
+    /// passed already); returns it with the layers and its difference from
+    /// the running configuration. A request based on a generation newer
+    /// than the running one is stale too: generation numbers start again
+    /// at 1 when the runtime restarts, so whoever read that number read
+    /// another runtime's configuration.
     fn candidate(
         &self,
         snapshot: &Snapshot,
@@ -154,7 +173,7 @@ impl Reloader {
     ) -> Result<(ValidConfig, RunningLayers, ConfigDiff), ReloadError> {
         if let Some(based_on) = request
             .based_on_generation
-            .filter(|g| *g < snapshot.generation)
+            .filter(|g| *g != snapshot.generation)
         {
             return Err(ReloadError::Stale {
                 based_on,
@@ -252,17 +271,21 @@ impl Reloader {
     /// users before the stores they use; gives back the staged updates
     /// that panicked when applied, to put back. Once the running set is
     /// closed (a shutdown left this reload behind), it is not made: what
-    /// undoes `prepared` is given back.
+    /// undoes `prepared` is given back. A new generation is published when
+    /// a section or an instance changed, or a component is `rewritten`
+    /// (declared alike, written differently: its scopes).
     fn commit(
         &self,
         config: ValidConfig,
         layers: RunningLayers,
         prepared: Prepared,
         ended: Ended,
+        rewritten: bool,
     ) -> Result<(Ending, Option<PutBack>), Box<Cut>> {
         let sections_changed = self.running.sections_differ(&config.config.sections);
-        let changed =
-            sections_changed || prepared.actions.values().any(|a| *a != Action::Unchanged);
+        let changed = sections_changed
+            || rewritten
+            || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
         let notes = prepared.notes;
         let serving = prepared.components.key_set();

@@ -20,6 +20,7 @@ use crate::registry::{Buildable, ComponentDescriptor, Inject};
 
 // Its staging component is shared with the runtime's tests (a watched ref
 // after a staged update panics).
+mod edge_cases;
 mod moved_ref_put_back;
 mod put_back_hung;
 mod removed_in_use;

@@ -58,6 +58,17 @@ pub(super) fn panic_problem(spec: &ComponentSpec, message: &str) -> String {
     )
 }
 
+/// The problem for a componentRef check that panicked with `message`.
+/// The component's own code (its `Default`, its `check_injected`) wrote
+/// it, without the metadata: it is shown scrubbed of the secrets the
+/// redactor knows.
+pub(super) fn refs_panic_problem(message: &str) -> String {
+    format!(
+        "componentRef check panicked: {}",
+        crate::redact::Redactor::shared().scrub(message)
+    )
+}
+
 /// Whether `value`, the field `name`, is a non-empty value of a field
 /// named like a secret or holds one inside.
 fn holds_an_inline_secret(name: &str, value: &serde_json::Value) -> bool {
