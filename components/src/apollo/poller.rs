@@ -2,7 +2,10 @@
 //! re-fetches the namespaces they name.
 //!
 //! Each round first re-fetches the namespaces still served from the backup
-//! cache, then long-polls `notifications/v2` with the ids known so far. A
+//! cache, then long-polls `notifications/v2` with the ids known so far (a
+//! namespace whose re-fetch fails, other than for an instance down, fails
+//! the round only after the poll, so it never stops the others from
+//! following their releases). A
 //! namespace's new id is kept only once its release is in, so a failed
 //! fetch is retried by the next poll (which answers at once); a 404 for a
 //! namespace with a release held is an answer (the release is kept, see
@@ -27,11 +30,13 @@
 //! changes are never held back.
 //!
 //! Notification ids are Apollo's own (one database's message ids): a poll
-//! is answered only past the id sent. When the meta server announces other
-//! instances, every id is forgotten (-1) before the next poll, which the
-//! service then answers at once with its current ids; a release behind a
-//! poll that never answers is found by the periodic refresh
-//! ([`periodic`](super::periodic)), which forgets the namespace's id. The
+//! is answered only past the id sent. When the meta server announces
+//! instances none of which was known (another Apollo, maybe; the same
+//! ones reordered, or one replaced, are not), every id is forgotten (-1)
+//! before the next poll, which the service then answers at once with its
+//! current ids; a release behind a poll that never answers is found by the
+//! periodic refresh ([`periodic`](super::periodic)), which forgets the
+//! namespace's id. The
 //! id the next poll learns tells why: below the one forgotten, the
 //! service's ids are below ours (warned about); at or above it, the poll
 //! was only late (nothing to say).
@@ -260,13 +265,36 @@ impl Poller {
 
     /// One round: catch up on unconfirmed namespaces, then one long poll
     /// and the fetches it calls for.
+    ///
+    /// A namespace that cannot be caught up on (its answer too large or
+    /// malformed, say) does not hold back the others: the poll and its
+    /// fetches still go out, and the round then fails with the first such
+    /// error (so it backs off; the namespace's id stays -1, so the next
+    /// poll answers at once and it is tried again). Only an instance down
+    /// ends the round at once: the poll would go to the same instances.
     async fn round(refresher: &Refresher) -> Result<Polled, ApolloError> {
         // A backup left behind by a failed write is tried again each
         // round (never waited for here).
         refresher.retry_backups();
+        let mut first_error = None;
         for namespace in refresher.live.unconfirmed() {
-            refresher.refresh(&namespace).await?;
+            match refresher.refresh(&namespace).await {
+                Ok(_) => {}
+                Err(err) if err.is_instance_down() => return Err(err),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
         }
+        let polled = Self::poll_and_fetch(refresher).await;
+        match first_error {
+            Some(err) => Err(err),
+            None => polled,
+        }
+    }
+
+    /// One long poll and the fetches it calls for.
+    async fn poll_and_fetch(refresher: &Refresher) -> Result<Polled, ApolloError> {
         // Asked here rather than by the poll, so that the poll carries the
         // ids for the instances it goes to: other instances may be another
         // Apollo, whose ids are below ours and would never answer it.

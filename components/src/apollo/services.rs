@@ -21,9 +21,12 @@
 //! far. Of a longer list, the first [`MAX_INSTANCES`] distinct addresses
 //! (each at most [`MAX_ADDRESS_BYTES`] long) are taken, warned about once;
 //! logs name at most [`LOGGED_ADDRESSES`] of them.
-//! When it announces other instances, the long poll forgets its
+//! The same instances in another order change nothing. When none of the
+//! instances it announces is known, the long poll forgets its
 //! notification ids ([`take_moved`](ConfigServices::take_moved)): they may
-//! be another Apollo's, whose ids are below ours.
+//! be another Apollo's, whose ids are below ours. One instance replaced
+//! (a pod restarted with a new address) keeps them, and the release
+//! messages that guard against a lagging instance.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -127,8 +130,8 @@ pub(crate) struct ConfigServices {
     /// [`MAX_INSTANCES`] (warned about once; cleared by an answer that was
     /// not).
     warned_trimmed: AtomicBool,
-    /// Set when the meta server announced other instances than the ones
-    /// in use (taken by [`take_moved`](Self::take_moved)).
+    /// Set when the meta server announced instances none of which was
+    /// known (taken by [`take_moved`](Self::take_moved)).
     moved: std::sync::atomic::AtomicBool,
 }
 
@@ -323,8 +326,9 @@ impl ConfigServices {
         Arc::clone(&self.instances.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Whether the meta server announced other instances since last asked
-    /// (once): another Apollo, maybe, whose notification ids are not ours.
+    /// Whether the meta server announced instances none of which was known
+    /// since last asked (once): another Apollo, maybe, whose notification
+    /// ids are not ours.
     pub(crate) fn take_moved(&self) -> bool {
         self.moved.swap(false, Ordering::AcqRel)
     }
@@ -479,13 +483,10 @@ impl ConfigServices {
             }
         }
         let known = self.list();
-        if known
-            .iter()
-            .map(|c| c.address())
-            .eq(urls.iter().map(String::as_str))
-        {
-            return Ok(());
-        }
+        let moved = match compare_announced(known.iter().map(|c| c.address()), &urls) {
+            Announced::Same => return Ok(()),
+            Announced::Changed { moved } => moved,
+        };
         let current = self.address();
         let (settings, generation) = {
             let _instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
@@ -530,9 +531,37 @@ impl ConfigServices {
             *instances = Arc::new(clients);
         }
         self.current.store(keep, Ordering::Release);
-        self.moved.store(true, Ordering::Release);
+        if moved {
+            self.moved.store(true, Ordering::Release);
+        }
         info!(meta_server = %shown_url(&discovery.url), count = urls.len(), servers = %listed(&urls), "Apollo config services discovered.");
         Ok(())
+    }
+}
+
+/// How the instances the meta server announced compare with those known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Announced {
+    /// The same instances, in whatever order: nothing to change.
+    Same,
+    /// Other instances. `moved`: none of the known ones is among them (a
+    /// move to another Apollo, whose notification ids may be below ours);
+    /// one instance replaced or added (a pod restarted with a new address)
+    /// is not a move.
+    Changed { moved: bool },
+}
+
+/// Compares the `known` instances' addresses with the `announced` ones
+/// (distinct), as sets: Eureka may list the same instances in another
+/// order at each discovery.
+fn compare_announced<'a>(known: impl Iterator<Item = &'a str>, announced: &[String]) -> Announced {
+    let known: HashSet<&str> = known.collect();
+    let announced: HashSet<&str> = announced.iter().map(String::as_str).collect();
+    if known == announced {
+        return Announced::Same;
+    }
+    Announced::Changed {
+        moved: known.is_disjoint(&announced),
     }
 }
 
@@ -822,6 +851,79 @@ mod tests {
             .await
             .expect_err("all down");
         assert_eq!(tried(), vec![2, 1, 1, 1, 1]);
+    }
+
+    /// A meta server announcing, at each request, the instances
+    /// `announced` holds then; its base URL.
+    async fn meta_server(announced: Arc<Mutex<Vec<&'static str>>>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0; 4096];
+                if stream.read(&mut request).await.unwrap_or(0) > 0 {
+                    let body = serde_json::Value::Array(
+                        announced
+                            .lock()
+                            .unwrap()
+                            .iter()
+                            .map(|url| serde_json::json!({ "homepageUrl": url }))
+                            .collect(),
+                    );
+                    let answer = http_answer("200 OK", &body.to_string());
+                    let _ = stream.write_all(&answer).await;
+                }
+            }
+        });
+        address
+    }
+
+    /// Eureka lists the same instances in another order, or one pod comes
+    /// back with a new address: the notification ids are kept (each such
+    /// discovery made the long poll forget them all, so every namespace
+    /// was fetched again and the release messages dropped). Only
+    /// instances none of which was known are a move.
+    #[tokio::test]
+    async fn only_instances_none_of_which_was_known_are_a_move() {
+        let (a, b, c, d) = (
+            "http://a:8080",
+            "http://b:8080",
+            "http://c:8080",
+            "http://d:8080",
+        );
+        let announced = Arc::new(Mutex::new(vec![a, b]));
+        let meta = meta_server(Arc::clone(&announced)).await;
+        let services = ConfigServices::new("", Some(&meta), Duration::from_secs(60), settings())
+            .await
+            .unwrap();
+        assert_eq!(services.list().len(), 2);
+        for order in [[b, a], [a, b], [b, a], [a, b]] {
+            *announced.lock().unwrap() = order.to_vec();
+            services.discover().await.unwrap();
+            assert!(!services.take_moved(), "{order:?} taken for a move");
+        }
+        *announced.lock().unwrap() = vec![a, c];
+        services.discover().await.unwrap();
+        let addresses = |services: &ConfigServices| {
+            services
+                .list()
+                .iter()
+                .map(|c| c.address().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(addresses(&services), vec![a, c], "the new instance taken");
+        assert!(
+            !services.take_moved(),
+            "one instance replaced taken for a move"
+        );
+        *announced.lock().unwrap() = vec![d];
+        services.discover().await.unwrap();
+        assert_eq!(addresses(&services), vec![d]);
+        assert!(
+            services.take_moved(),
+            "another Apollo's instances are a move"
+        );
+        assert!(!services.take_moved(), "taken once");
     }
 
     #[test]

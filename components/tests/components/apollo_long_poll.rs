@@ -421,6 +421,190 @@ async fn a_fetch_refused_for_its_messages_is_made_again_without_them() {
     started.store.close().await.unwrap();
 }
 
+/// One namespace served from the backup whose fetch keeps failing (its
+/// answer malformed) does not stop the long poll: the other namespace's
+/// releases still arrive through it, not only through the periodic
+/// refresh (10 min here). Before, each round failed on that namespace
+/// before the poll was sent, so no poll ever went out.
+#[tokio::test]
+async fn a_namespace_failing_from_the_backup_does_not_stop_the_long_poll_of_the_others() {
+    let service = broken_big::Service::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let meta = with(
+        metadata(&service.url, dir.path()),
+        json!({"namespace_name": "application,big", "refreshIntervalMs": 600_000}),
+    );
+    let first = start(meta.clone()).await.expect("start");
+    first.store.close().await.unwrap();
+    let big_backup = dir
+        .path()
+        .join(format!("{}+default+big.json", apollo_server::APP_ID));
+    assert!(big_backup.exists(), "no backup of `big` written");
+
+    service.break_big();
+    let started = start(meta).await.expect("start with `big` from the backup");
+    let store = &started.store;
+    assert_eq!(value_of(store, "b").await.as_deref(), Some("1"));
+    let mut sub = subscribe(store, ConfigQuery::default()).await;
+    eventually("`big` fetched again after the start", || {
+        service.big_fetches_refused() >= 2
+    })
+    .await;
+    service.release();
+    expect_change(&mut sub, "k", "v2").await;
+    assert_eq!(value_of(store, "b").await.as_deref(), Some("1"));
+    started.store.close().await.unwrap();
+}
+
+/// A config service of `application` (release `n` holding `k` = `v{n}`,
+/// notification id `n`) and `big` (one release, `b` = `1`, notification
+/// id 1), whose answers for `big` can be switched to malformed JSON (as
+/// a release too large to answer would fail).
+mod broken_big {
+    use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{json, Value};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    use super::apollo_server::APP_ID;
+
+    #[derive(Default)]
+    struct State {
+        release: AtomicI64,
+        big_broken: AtomicBool,
+        big_refused: AtomicUsize,
+    }
+
+    pub struct Service {
+        pub url: String,
+        state: Arc<State>,
+    }
+
+    impl Service {
+        /// Starts the service with release 1 of `application`, `big`
+        /// answered well.
+        pub async fn start() -> Self {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let state = Arc::new(State::default());
+            state.release.store(1, Ordering::SeqCst);
+            let serving = Arc::clone(&state);
+            tokio::spawn(async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(answer(stream, Arc::clone(&serving)));
+                }
+            });
+            Self { url, state }
+        }
+
+        /// Releases the next version of `application`.
+        pub fn release(&self) {
+            self.state.release.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// From now on, fetches of `big` are answered malformed JSON.
+        pub fn break_big(&self) {
+            self.state.big_broken.store(true, Ordering::SeqCst);
+        }
+
+        /// How many fetches of `big` were answered malformed JSON.
+        pub fn big_fetches_refused(&self) -> usize {
+            self.state.big_refused.load(Ordering::SeqCst)
+        }
+    }
+
+    /// The answer to a fetch of `namespace` by a client holding
+    /// `release_key`.
+    fn fetched(
+        state: &State,
+        namespace: &str,
+        release_key: Option<String>,
+    ) -> (&'static str, String) {
+        let (key, configurations) = match namespace {
+            "big" if state.big_broken.load(Ordering::SeqCst) => {
+                state.big_refused.fetch_add(1, Ordering::SeqCst);
+                return ("200 OK", "{\"appId\": [".to_string());
+            }
+            "big" => ("b1".to_string(), json!({"b": "1"})),
+            _ => {
+                let release = state.release.load(Ordering::SeqCst);
+                (format!("r{release}"), json!({"k": format!("v{release}")}))
+            }
+        };
+        if release_key.as_deref() == Some(key.as_str()) {
+            return ("304 Not Modified", String::new());
+        }
+        let config = json!({
+            "appId": APP_ID,
+            "cluster": "default",
+            "namespaceName": namespace,
+            "configurations": configurations,
+            "releaseKey": key,
+        });
+        ("200 OK", config.to_string())
+    }
+
+    /// The notifications past the ids `known` (a long poll's list).
+    fn notified(state: &State, known: &Value) -> Vec<Value> {
+        let release = state.release.load(Ordering::SeqCst);
+        let mut notifications = Vec::new();
+        for entry in known.as_array().into_iter().flatten() {
+            let name = entry["namespaceName"].as_str().unwrap_or_default();
+            let id = entry["notificationId"].as_i64().unwrap_or(-1);
+            let current = if name == "big" { 1 } else { release };
+            if id < current {
+                notifications.push(json!({"namespaceName": name, "notificationId": current}));
+            }
+        }
+        notifications
+    }
+
+    async fn answer(mut stream: TcpStream, state: Arc<State>) {
+        let mut head = Vec::new();
+        let mut buffer = [0; 16 << 10];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 1 << 20 {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => head.extend_from_slice(&buffer[..read]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let target = head.split(' ').nth(1).unwrap_or_default();
+        let url = reqwest::Url::parse(&format!("http://service{target}")).unwrap();
+        let query = |name: &str| {
+            url.query_pairs()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.into_owned())
+        };
+        let (status, body) = if url.path().starts_with("/configs/") {
+            let namespace = url.path().rsplit('/').next().unwrap_or_default();
+            fetched(&state, namespace, query("releaseKey"))
+        } else {
+            let known: Value = serde_json::from_str(&query("notifications").unwrap_or_default())
+                .unwrap_or(Value::Null);
+            match notified(&state, &known) {
+                notifications if !notifications.is_empty() => {
+                    ("200 OK", Value::Array(notifications).to_string())
+                }
+                _ => {
+                    // A short hold, then nothing new.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    ("304 Not Modified", String::new())
+                }
+            }
+        };
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
 /// A config service of one namespace (`application`, release `n` holding
 /// `k` = `v{n}`, notification id `n`) that refuses some requests with
 /// HTTP 400. Its first notification carries 64 KiB of messages.
