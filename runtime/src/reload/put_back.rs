@@ -161,9 +161,6 @@ impl Reloader {
     /// one line each: [`Unreverted::line`]).
     ///
     /// [`RunningSet::keep_tried`]: crate::running::RunningSet::keep_tried
-    // Called by the rollback in `steps` (`prepare`, with the
-    // `Failed::unreverted` of the transaction) once that file takes it.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) fn keep_unreverted(&self, unreverted: Vec<Unreverted>) {
         for Unreverted {
             key,

@@ -21,7 +21,9 @@ pub struct ReloadRequest {
     /// Components to re-resolve even if their declaration did not change
     /// (a watched value changed).
     pub forced: BTreeSet<ComponentKey>,
-    /// Reject the reload if the running generation is newer than this.
+    /// Reject the reload unless this is the running generation (an older
+    /// one: a change was made meanwhile; a newer one: the runtime may have
+    /// restarted, its generations counting from 1 again).
     pub based_on_generation: Option<u64>,
     /// 0 for fresh input; `n` for the `n`-th retry of a triggered reload
     /// that rolled back (the runtime's worker sets it).
@@ -117,7 +119,7 @@ pub enum ReloadError {
     #[error("configuration rejected:\n{0}")]
     Invalid(Problems),
     /// The update was based on an older generation than the running one.
-    #[error("stale update: based on generation {based_on}, but generation {running} is running")]
+    #[error("stale update: based on generation {based_on}, but generation {running} is running (if newer, the runtime may have restarted)")]
     Stale {
         /// The generation the update was based on.
         based_on: u64,

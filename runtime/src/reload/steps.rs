@@ -114,7 +114,12 @@ impl Reloader {
                     .map(|(key, running)| (key.clone(), running.assembled.instance.clone()))
                     .collect()
             };
-            self.running.live().warm(next).await;
+            // Cut by a shutdown: it would only hold it (up to the warm
+            // deadline), and the reload is undone below.
+            tokio::select! {
+                () = self.running.live().warm(next) => {}
+                () = self.stopped.cancelled() => {}
+            }
         }
         // Warming takes seconds: a shutdown may have left this reload
         // behind meanwhile and closed the components in force.
@@ -248,6 +253,9 @@ impl Reloader {
             counted.fetch_add(abandoned, std::sync::atomic::Ordering::Relaxed);
         }
         prepared.map_err(|mut failed| {
+            // What the undo could not re-apply may run: recorded, held and
+            // marked for the next reload to apply its declaration again.
+            self.keep_unreverted(std::mem::take(&mut failed.unreverted));
             let cut = self.stopped.is_cancelled() && told_cut(&mut failed.failures);
             let ending = Ending {
                 outcome: Outcome::RolledBack,

@@ -1,7 +1,9 @@
 //! Reloads at the edges: a component's own code panicking while its
 //! componentRefs are checked, a reload task panicking after its commit, a
-//! request based on a generation newer than the running one, and a
-//! change of scopes alone.
+//! request based on a generation newer than the running one, a change of
+//! scopes alone, and a shutdown while a reload warms subscriptions.
+
+use std::time::Duration;
 
 use super::*;
 use crate::component::ComponentKey;
@@ -156,4 +158,36 @@ async fn a_change_of_scopes_alone_is_applied_as_a_new_generation() {
     let running = reloader.running.config();
     let a = &running.config.components[&ComponentKey::new("custom", "a")];
     assert_eq!(a.scopes, Some(vec![ComponentKey::new("custom", "c")]));
+}
+
+/// A shutdown while a reload warms a subscription that never answers
+/// cuts the warming short: the reload is undone at once, not after the
+/// warm deadline (5 s).
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_cuts_a_reload_warming_a_subscription_that_never_answers() {
+    let reloader = reloader_of(&named("k", 1)).await;
+    let (mut deaf, _) = reloader.running.live().warmer();
+    let request = ReloadRequest::new(config_of(&named("k", 2)), Trigger::File);
+
+    let reload = reloader.reload(request);
+    let shutdown = async {
+        // Kept, unanswered: the reload warms until cut.
+        let offered = deaf.recv().await;
+        let began = tokio::time::Instant::now();
+        let abandoned = reloader.shutdown(None).await;
+        (began.elapsed(), abandoned, offered)
+    };
+    let (reloaded, (took, abandoned, offered)) = tokio::join!(reload, shutdown);
+
+    assert!(offered.is_some(), "the subscription was never offered");
+    assert!(
+        matches!(reloaded, Err(ReloadError::Stopped)),
+        "the reload should say the runtime stopped, got {reloaded:?}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "the shutdown waited out the warming: {took:?}"
+    );
+    assert_eq!(abandoned, 0);
+    assert_eq!(reloader.history()[0].outcome, Outcome::RolledBack);
 }

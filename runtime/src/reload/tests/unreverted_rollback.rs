@@ -320,3 +320,12 @@ async fn recorded_held_and_applied_again(reloader: &Arc<Reloader>, redactor: &Re
         .is_empty());
     reloader.shutdown(None).await;
 }
+
+#[tokio::test]
+async fn a_reload_that_could_not_undo_an_update_leaves_it_recorded_held_and_applied_again_next() {
+    let redactor = Redactor::forgetting_after(Duration::from_millis(50));
+    let reloader = reloader_of(original(), one_way_registry(), &redactor).await;
+    let error = rolled_back(&reloader, updated(serde_json::json!({}), true)).await;
+    assert!(error.contains(UNREVERTED_LINE), "{error}");
+    recorded_held_and_applied_again(&reloader, &redactor).await;
+}
