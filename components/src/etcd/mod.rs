@@ -33,7 +33,11 @@
 //!   together); when no member answers, or no login finishes within
 //!   `dialTimeout`, from the watch's copy.
 //! * `set` puts each item; `delete` deletes each key of the query (keys are
-//!   required).
+//!   required). Each call is one etcd transaction: all its writes are made,
+//!   or none (a value etcd refuses as too large leaves the other items of
+//!   the `set` unwritten, and nothing is published). A call of more than
+//!   128 distinct keys (etcd's `--max-txn-ops` default) is refused as
+//!   invalid, naming the limit: split it.
 //! * `subscribe` registers with the store's subscribers: each gets the
 //!   changes of one prefix watch on `keyPrefix` that `get` of its query
 //!   returns — with keys, the items of exactly its group and label (a query
@@ -86,11 +90,16 @@
 //! ones stay there. The watch requires a leader: a member cut off from the
 //! cluster ends it instead of going silent, and a member that hangs is
 //! found out by the connection's keep-alive ping (every 10 s, answer
-//! within `dialTimeout`). The watch then resumes on the next member from
-//! the last revision seen + 1, as above. Starting, too, moves past a
-//! member that does not answer: init (logging in, the first read) may
-//! take `dialTimeout` × (members + 1), so a first listed member that hangs
-//! does not use up the time the next one needs.
+//! within `dialTimeout`); one that keeps the stream open and answers pings
+//! but sends nothing (its apply loop stuck) is asked for its progress
+//! after 30 s of silence, and left when no answer comes within
+//! `dialTimeout` + 5 s (the watch reported failing meanwhile). The watch
+//! then resumes on the next member from the last revision seen + 1, as
+//! above; a next member that has not applied that revision yet (normal
+//! after a leader loss) serves it as it catches up, without a re-read.
+//! Starting, too, moves past a member that does not answer: init (logging
+//! in, the first read) may take `dialTimeout` × (members + 1), so a first
+//! listed member that hangs does not use up the time the next one needs.
 //!
 //! When no member answers, the store keeps the last values: reads that
 //! find no member (or whose login runs out) are answered from the
@@ -116,6 +125,8 @@
 //! rebuilds the store.
 
 mod cache;
+#[cfg(test)]
+mod fake_member;
 mod fanout;
 mod keys;
 pub mod metadata;
@@ -127,6 +138,7 @@ mod sharing;
 mod store;
 mod subscribers;
 mod watch;
+mod writes;
 
 pub use keys::KeyError;
 pub use metadata::{EtcdMetadata, EtcdMetadataError, EtcdSettings};

@@ -21,6 +21,7 @@ use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::reads::{read_ranges, ReadResult, Reads};
 use super::sharing::{join, stores_sharing, Membership};
 use super::subscribers::Subscribers;
+use super::writes::{delete_all, put_all};
 
 /// How long a readiness probe may take: under the 1 s that its callers
 /// (`/v1.0/healthz`, the status) wait for the answer, so that a silent
@@ -168,6 +169,21 @@ impl Running {
                 .collect())
         };
         self.or_cached(query, read).await
+    }
+
+    /// Makes `transaction`, if any (all its writes or none).
+    async fn write(
+        &self,
+        transaction: Result<Option<rewire_etcd::pb::TxnRequest>, String>,
+    ) -> Result<(), ConfigError> {
+        let Some(transaction) = transaction.map_err(ConfigError::Invalid)? else {
+            return Ok(());
+        };
+        self.client
+            .txn(transaction)
+            .await
+            .map(drop)
+            .map_err(|err| self.backend(&err))
     }
 
     /// The items in `responses`.
@@ -485,14 +501,7 @@ impl ConfigStore for EtcdConfigStore {
             })
             .collect::<Result<Vec<_>, KeyError>>()
             .map_err(invalid)?;
-        for (path, value) in writes {
-            running
-                .client
-                .put(path, value)
-                .await
-                .map_err(|err| running.backend(&err))?;
-        }
-        Ok(())
+        running.write(put_all(writes)).await
     }
 
     async fn delete(&self, query: &ConfigQuery) -> Result<(), ConfigError> {
@@ -504,14 +513,7 @@ impl ConfigStore for EtcdConfigStore {
             ));
         }
         let paths = running.layout.paths(&query).map_err(invalid)?;
-        for path in paths {
-            running
-                .client
-                .delete(path)
-                .await
-                .map_err(|err| running.backend(&err))?;
-        }
-        Ok(())
+        running.write(delete_all(paths)).await
     }
 
     async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {

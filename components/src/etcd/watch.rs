@@ -27,12 +27,32 @@
 //!   value of each key).
 //! * **Compaction** (the revision to resume from is gone: the response
 //!   carries a `compact_revision`, or the watch is canceled for it), or a
-//!   server whose revision went backwards or whose history differs
-//!   (restored or re-created, see above): re-read
-//!   the whole prefix, publish what differs from the cache (changed values,
-//!   removed keys with an empty value), and watch again from that read's
-//!   revision + 1.
-//!
+//!   server whose history differs or lacks `last_seen` (restored or
+//!   re-created, see above and below): re-read the whole prefix, publish
+//!   what differs from the cache (changed values, removed keys with an
+//!   empty value), and watch again from that read's revision + 1.
+//! * **A member behind the last revision seen** (the `created` answer of
+//!   the resumed watch carries a lower revision): after a failover, the
+//!   next member may not have applied every write the old one had — a
+//!   normal lag, not a lost history. etcd serves the watch from
+//!   `last_seen + 1` anyway (it waits for those revisions), so it resumes
+//!   once the history is checked as after a failed stream (that read is
+//!   linearizable: the member catches up first); only a revision missing
+//!   from its history (compacted, or never reached) or keys that differ
+//!   mean a re-read. A re-read here would publish only the latest value of
+//!   keys changed several times meanwhile.
+//! * **A silent member** (its stream open, its keep-alive pings answered,
+//!   its apply loop stuck — a disk stall): after [`PROGRESS_CHECK_AFTER`]
+//!   without a response the task asks the member for its progress (a
+//!   progress request on the stream); with no response within
+//!   `dialTimeout` + [`ANSWER_MARGIN`] the watch counts as failed
+//!   (reported to readiness) and resumes on the next member, as after a
+//!   dropped stream. etcd's own progress notifications (asked for with
+//!   `progress_notify`) come every 10 minutes only, by default. The
+//!   answer's revision is not taken as progress (see
+//!   [`WatchStream::request_progress`](rewire_etcd::WatchStream::request_progress)).
+//!   A member that still answers but has stopped applying is not found
+//!   out this way.
 //! * **New TLS material** (the client's channels replaced, see
 //!   [`shared`](super::shared)): the stream on the old channels is
 //!   dropped and the prefix watched again at once, on the new ones, from
@@ -49,11 +69,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backoff::Backoff;
 use rewire_etcd::pb::{EventType, RangeRequest, WatchCreateRequest, WatchResponse};
-use rewire_etcd::{prefix_range, Client};
+use rewire_etcd::{prefix_range, Client, WatchStream};
 use rewire_runtime::{ComponentKey, ConfigItem};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -61,6 +83,46 @@ use super::cache::{entry_of, item_at, read_prefix, Difference, Entry, SharedCach
 use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
+
+/// How long the stream may stay silent before the member is asked for its
+/// progress: well under etcd's own progress notifications (every 10
+/// minutes by default), and one small request per watch and period.
+pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(30);
+/// Added to `dialTimeout` for the answer to a progress request: etcd
+/// answers it from memory, but behind any responses queued before it.
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// The `watch_id` of etcd's answer to a progress request (it concerns
+/// every watch of the stream).
+const PROGRESS_WATCH_ID: i64 = -1;
+
+/// When a silent stream is asked for progress, and given up.
+#[derive(Debug, Clone, Copy)]
+struct Watchdog {
+    /// Silence after which the member is asked for its progress.
+    quiet: Duration,
+    /// How long the member then has to send anything.
+    answer_within: Duration,
+}
+
+impl Watchdog {
+    /// The bounds for a client whose requests may take `dial`.
+    fn for_dial_timeout(dial: Duration) -> Self {
+        Self {
+            quiet: PROGRESS_CHECK_AFTER,
+            answer_within: dial.saturating_add(ANSWER_MARGIN),
+        }
+    }
+}
+
+/// What woke the follower up.
+enum Wake {
+    /// A response, the end of the stream or its error.
+    Message(Result<Option<WatchResponse>, rewire_etcd::Error>),
+    /// The client's channels were replaced.
+    Replaced,
+    /// The watchdog's deadline passed.
+    Due,
+}
 
 /// What the task needs: the client, the layout, the stores to feed, and
 /// where the initial read left off.
@@ -82,13 +144,15 @@ pub(crate) struct Follower {
     /// one), so `last_seen` is trusted only once the history at it
     /// matches the cache (see [`Self::history_matches`]).
     unverified: bool,
+    /// Finds out a stream that stays silent.
+    watchdog: Watchdog,
 }
 
 /// Why following the watch stream stopped.
 #[derive(Debug)]
 enum Interrupt {
     /// The revision to resume from is compacted away, or the server's
-    /// revision went backwards: re-read the prefix.
+    /// history differs from the one followed: re-read the prefix.
     Resync(String),
     /// The stream or the connection failed: wait, then resume.
     Failed(String),
@@ -117,6 +181,7 @@ impl Follower {
         last_seen: i64,
     ) -> Self {
         let backoff = Backoff::new(settings.watch_retry, MAX_WATCH_RETRY);
+        let watchdog = Watchdog::for_dial_timeout(settings.dial);
         let replaced = client.replacements();
         Self {
             replaced,
@@ -130,6 +195,7 @@ impl Follower {
             backoff,
             failing: None,
             unverified: false,
+            watchdog,
         }
     }
 
@@ -190,11 +256,32 @@ impl Follower {
             Ok(stream) => stream,
             Err(err) => return Interrupt::Failed(self.describe(&err)),
         };
+        let member = self.client.member();
+        let mut heard = Instant::now();
+        let mut asked: Option<Instant> = None;
         loop {
-            let message = tokio::select! {
-                message = stream.message() => message,
-                () = replacement(&mut self.replaced) => return Interrupt::Replaced,
+            let due = match asked {
+                Some(at) => at + self.watchdog.answer_within,
+                None => heard + self.watchdog.quiet,
             };
+            let wake = tokio::select! {
+                message = stream.message() => Wake::Message(message),
+                () = replacement(&mut self.replaced) => Wake::Replaced,
+                () = tokio::time::sleep_until(due) => Wake::Due,
+            };
+            let message = match wake {
+                Wake::Message(message) => message,
+                Wake::Replaced => return Interrupt::Replaced,
+                Wake::Due if asked.is_none() => {
+                    debug!(component = %self.key, member = %member, "etcd watch silent; asking the member for its progress.");
+                    stream.request_progress();
+                    asked = Some(Instant::now());
+                    continue;
+                }
+                Wake::Due => return self.silent(stream, &member, heard),
+            };
+            heard = Instant::now();
+            asked = None;
             let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
@@ -217,10 +304,10 @@ impl Follower {
             if response.created {
                 let revision = response.header.as_ref().map_or(0, |h| h.revision);
                 if revision < self.last_seen {
-                    return Interrupt::Resync(format!(
-                        "the server is at revision {revision}, behind the {} already seen (restored or re-created?)",
-                        self.last_seen
-                    ));
+                    // Lagging (after a failover), or restored or
+                    // re-created: the history check tells.
+                    debug!(component = %self.key, member = %member, revision, last_seen = self.last_seen, "etcd member behind the last revision seen; checking its history.");
+                    self.unverified = true;
                 }
                 if self.unverified {
                     match self.history_matches().await {
@@ -245,6 +332,17 @@ impl Follower {
             }
             self.apply(&response);
         }
+    }
+
+    /// Gives up `stream`, silent since `heard` even after a progress
+    /// request: the client moves on from its member.
+    fn silent(&self, stream: WatchStream, member: &str, heard: Instant) -> Interrupt {
+        stream.abandon();
+        let silent_ms = heard.elapsed().as_millis();
+        Interrupt::Failed(self.settings.scrub(&format!(
+            "etcd member {member} sent nothing on the watch for {silent_ms} ms, nor answered a progress request within {:?}; watching on the next member",
+            self.watchdog.answer_within
+        )))
     }
 
     /// Applies the events of `response` that are newer than `last_seen`.
@@ -277,9 +375,10 @@ impl Follower {
             items.extend(item_at(&self.layout, &path, value, revision));
         }
         drop(cache);
-        if response.events.is_empty() {
+        if response.events.is_empty() && response.watch_id != PROGRESS_WATCH_ID {
             // A progress notification: no event at or below this revision
-            // is still to come.
+            // is still to come. Not so the answer to a progress request
+            // (see `WatchStream::request_progress`), proof of life only.
             newest = newest.max(response.header.as_ref().map_or(0, |h| h.revision));
         }
         self.last_seen = newest;
@@ -380,3 +479,6 @@ impl Follower {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The `etcd` config store's reads and writes against a real etcd: the key
 //! mapping `{keyPrefix}[{group}/]{key}[@{label}]` both ways, listings by
-//! prefix, versions (`mod_revision`), put and delete, rejected keys; plus
+//! prefix, versions (`mod_revision`), put and delete (each call one
+//! transaction: all or nothing), rejected keys; plus
 //! registration, init errors and readiness.
 
 use crate::common;
@@ -210,6 +211,77 @@ async fn writes_and_deletes_at_the_mapped_paths() {
         .expect("delete");
     assert_eq!(server.value("/w/plain").await, None);
     assert!(get(&*store, query(None, &["plain"], None)).await.is_empty());
+    store.close().await.expect("close");
+}
+
+/// A `set` is one transaction: when etcd refuses one value (over its
+/// 1.5 MiB request limit), the other items are neither written nor
+/// published, and the caller gets the error.
+#[tokio::test]
+async fn a_set_etcd_refuses_in_part_writes_and_publishes_nothing() {
+    let server = EtcdServer::start().await;
+    let store = store(&server, "/atomic/").await;
+    let mut changes = store
+        .subscribe(query(None, &[], None))
+        .await
+        .expect("subscribe");
+    let too_large = "x".repeat(2 << 20);
+    let refused = store
+        .set(vec![
+            item(None, "a", None, "1"),
+            item(None, "b", None, &too_large),
+        ])
+        .await;
+    assert!(
+        matches!(&refused, Err(ConfigError::Backend(_))),
+        "{refused:?}"
+    );
+    assert!(get(&*store, query(None, &["a"], None)).await.is_empty());
+    assert_eq!(server.value("/atomic/a").await, None);
+
+    // A later write is the first change published.
+    store
+        .set(vec![item(None, "fence", None, "f")])
+        .await
+        .expect("set");
+    let change = timeout(HANG_GUARD, changes.changes.recv())
+        .await
+        .expect("no change published")
+        .expect("subscription open");
+    assert_eq!(
+        names(&change.items),
+        vec![name(None, "fence", None, "f")],
+        "published before the fence"
+    );
+    store.close().await.expect("close");
+}
+
+/// More keys than etcd takes in one transaction are refused, naming the
+/// limit, and nothing is written or deleted.
+#[tokio::test]
+async fn writes_of_more_keys_than_one_transaction_takes_are_refused_whole() {
+    let server = EtcdServer::start().await;
+    let store = store(&server, "/many/").await;
+    store
+        .set(vec![item(None, "k0", None, "kept")])
+        .await
+        .expect("set");
+    let keys: Vec<String> = (0..129).map(|i| format!("k{i}")).collect();
+    let items = keys.iter().map(|k| item(None, k, None, "new")).collect();
+    let invalid = |result: Result<(), ConfigError>| match result {
+        Err(ConfigError::Invalid(message)) => {
+            assert!(
+                message.contains("129") && message.contains("128"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a refusal naming the limit, got {other:?}"),
+    };
+    invalid(store.set(items).await);
+    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    invalid(store.delete(&query(None, &key_refs, None)).await);
+    assert_eq!(server.value("/many/k0").await.as_deref(), Some("kept"));
+    assert_eq!(server.value("/many/k1").await, None);
     store.close().await.expect("close");
 }
 
