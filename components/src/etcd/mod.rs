@@ -49,7 +49,7 @@
 //!
 //! A process has one connection and one prefix watch for each distinct set
 //! of settings — `endpoints`, `keyPrefix`, `username` and `password`, the
-//! TLS material, `dialTimeout`, `watchRetryMs` — shared by every store
+//! TLS material, `dialTimeout`, `watchRetryMs`, `maxResponseBytes` — shared by every store
 //! with those settings (a thousand runtimes in one process watching one
 //! key cost etcd one watch). The first store to start connects, reads the
 //! prefix and starts the watch; the others join it (checking that etcd
