@@ -103,6 +103,10 @@ impl ConfigStoreHandle {
     /// Subscribes to `query` through the handle: unlike a subscription on
     /// a loaded instance, it keeps delivering after the store is rebuilt by
     /// a reload. It ends when the store is removed or the runtime stops.
+    ///
+    /// Each call into the store is bounded by [`STORE_CALL`]: a subscribe
+    /// that does not answer fails (naming the store); a read that does not
+    /// answer leaves what the subscriber knows unknown, as a failed one.
     pub async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
         let live = self
             .0
@@ -115,14 +119,25 @@ impl ConfigStoreHandle {
         let store = self
             .load()
             .map_err(|e| ConfigError::Backend(e.to_string()))?;
-        let inner = store.subscribe(query.clone()).await?;
+        // Bounded as the forwarder's calls are: a hung store fails the
+        // subscribe instead of holding its caller (and what the caller
+        // booked for it) until the client leaves.
+        let inner = match bounded(store.subscribe(query.clone())).await {
+            Some(answer) => answer?,
+            None => return Err(self.unanswered("subscribe")),
+        };
         // Unreadable now: what the subscriber knows is unknown (not
         // "nothing"), so a rebuild is not compared with it.
         let digests = Digests::new();
-        let last = match snapshot(&store, &query).await {
-            Ok(now) => Some(digests.known(&now)),
-            Err(err) => {
+        let last = match bounded(snapshot(&store, &query)).await {
+            Some(Ok(now)) => Some(digests.known(&now)),
+            Some(Err(err)) => {
                 tracing::warn!(error = %err, "Reading a config store to subscribe failed; a rebuild before it is read again delivers no differences.");
+                None
+            }
+            None => {
+                let err = self.unanswered("read");
+                tracing::warn!(error = %err, "Reading a config store to subscribe did not answer in time; a rebuild before it is read again delivers no differences.");
                 None
             }
         };
@@ -141,6 +156,17 @@ impl ConfigStoreHandle {
         };
         tokio::spawn(forwarder.run(published));
         Ok(ConfigSubscription { id, changes })
+    }
+
+    /// The error of a `call` into this handle's store that did not answer
+    /// within [`STORE_CALL`], naming the store.
+    fn unanswered(&self, call: &str) -> ConfigError {
+        let store = self
+            .key()
+            .map_or_else(|| "?".to_string(), ToString::to_string);
+        ConfigError::Backend(format!(
+            "config store `{store}`: {call} did not answer within {STORE_CALL:?}"
+        ))
     }
 }
 
@@ -666,6 +692,51 @@ mod tests {
             .map(|i| i.value)
             .collect();
         assert_eq!(values, ["2"]);
+    }
+
+    /// A handle to `cfg`, published in a runtime of its own as `store`.
+    fn handle_to(store: &Arc<TestStore>) -> ConfigStoreHandle {
+        let live = Live::new();
+        publish(&live, 1, store);
+        ConfigStoreHandle::new(ComponentKey::new(Kind::ConfigStore, "cfg"), live)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_subscribe_that_hangs_fails_in_time_naming_the_store() {
+        let handle = handle_to(&Arc::new(TestStore {
+            hang_subscribe: true,
+            ..TestStore::default()
+        }));
+        let subscribing = handle.subscribe(ConfigQuery::keys(["k"]));
+        let answer = tokio::time::timeout(Duration::from_secs(60), subscribing)
+            .await
+            .unwrap_or_else(|_| panic!("the first subscribe is not bounded"));
+        match answer {
+            Ok(_) => panic!("a subscribe that never answered succeeded"),
+            Err(err) => {
+                let err = err.to_string();
+                let store = ComponentKey::new(Kind::ConfigStore, "cfg");
+                assert!(err.contains(&format!("`{store}`")), "{err}");
+                assert!(err.contains("did not answer within 5s"), "{err}");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_first_read_that_hangs_still_subscribes_and_delivers() {
+        let store = Arc::new(TestStore {
+            items: vec![item("1", None)],
+            hang_get: true,
+            ..TestStore::default()
+        });
+        let handle = handle_to(&store);
+        let subscribing = handle.subscribe(ConfigQuery::keys(["k"]));
+        let mut subscription = tokio::time::timeout(Duration::from_secs(60), subscribing)
+            .await
+            .unwrap_or_else(|_| panic!("the first read is not bounded"))
+            .unwrap_or_else(|err| panic!("subscribing failed: {err}"));
+        store.hub.publish(&[item("2", None)]);
+        assert_eq!(next_values(&mut subscription).await, ["2"]);
     }
 
     #[tokio::test(start_paused = true)]
