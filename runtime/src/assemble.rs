@@ -308,7 +308,7 @@ async fn read_guarded<T: Send + 'static>(
     read: impl Future<Output = Result<T, crate::component::ComponentError>> + Send + 'static,
     cx: &AssemblyContext,
 ) -> Result<T, String> {
-    let read = with_staged(cx.staged.clone(), read);
+    let read = with_staged(cx.live.clone(), cx.staged.clone(), read);
     let (at, store) = (reference.position(), reference.store_name());
     match crate::guarded::guarded(read, cx.timeouts.init).await {
         Answer::Answered(Ok(value)) => Ok(value),
@@ -319,6 +319,9 @@ async fn read_guarded<T: Send + 'static>(
         )),
         Answer::Panicked(message) => Err(format!(
             "{at}: store `{store}` panicked reading the ref: {message}"
+        )),
+        Answer::Cancelled => Err(format!(
+            "{at}: store `{store}`: the read of the ref was cancelled before it answered"
         )),
     }
 }
@@ -360,7 +363,7 @@ pub(crate) async fn assemble_resolved(
         config_dir: cx.config_dir.clone(),
         handover: cx.handover.clone(),
     };
-    let init = with_staged(cx.staged.clone(), async {
+    let init = with_staged(cx.live.clone(), cx.staged.clone(), async {
         let init = tokio::time::timeout(cx.timeouts.init, initialising.init(&init_cx));
         unless_stopped(init, &cx.stop).await
     })
@@ -568,6 +571,10 @@ async fn close_unstarted(
             tracing::error!(component = %key, error = %cx.redactor.scrub(&message), "Close after a failed init panicked.");
             Closed::Abandoned
         }
+        Answer::Cancelled => {
+            tracing::warn!(component = %key, "Close after a failed init was cancelled before it ended.");
+            Closed::Abandoned
+        }
     }
 }
 
@@ -610,7 +617,7 @@ async fn wait_ready(
         // component); a panic fails the component's own assembly, which
         // records it as `Panicked`.
         let component = instance.component();
-        let ask = with_staged(cx.staged.clone(), component.readiness());
+        let ask = with_staged(cx.live.clone(), cx.staged.clone(), component.readiness());
         match tokio::time::timeout(within, ask).await {
             Ok(Readiness::Ready) => return Ok(()),
             Ok(Readiness::Degraded(reason)) => {

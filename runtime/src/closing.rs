@@ -124,6 +124,10 @@ impl Closing {
                 tracing::error!(component = %key, error = %error, "Component close panicked.");
                 Closed::Abandoned
             }
+            Answer::Cancelled => {
+                tracing::warn!(component = %key, "Component close was cancelled before it ended; abandoned.");
+                Closed::Abandoned
+            }
         }
     }
 }

@@ -22,6 +22,10 @@ pub(crate) enum Answer<T> {
     TimedOut,
     /// It panicked, with this message.
     Panicked(String),
+    /// Its task was cancelled before it answered (aborted by its waiter
+    /// giving up early, or by the runtime shutting down): no answer, and
+    /// no panic either.
+    Cancelled,
 }
 
 /// Runs `call` (a call into a component: an in-place update, a close) in
@@ -91,7 +95,8 @@ impl<T: Send + 'static> Guarded<T> {
     }
 
     /// Its answer, or [`Answer::TimedOut`] (the task aborted) if there is
-    /// none by `deadline`.
+    /// none by `deadline`; [`Answer::Cancelled`] if the task was aborted
+    /// (by [`aborter`](Self::aborter), or at runtime shutdown) first.
     pub(crate) async fn answer_by(mut self, deadline: Instant) -> Answer<T> {
         match tokio::time::timeout_at(deadline, &mut self.task).await {
             Err(_) => {
@@ -102,7 +107,7 @@ impl<T: Send + 'static> Guarded<T> {
             Ok(Err(err)) if err.is_panic() => {
                 Answer::Panicked(panic_message(&*err.into_panic()).to_string())
             }
-            Ok(Err(err)) => Answer::Panicked(err.to_string()),
+            Ok(Err(_)) => Answer::Cancelled,
         }
     }
 }
@@ -148,5 +153,20 @@ mod tests {
             "told to run on, it was aborted"
         );
         assert!(!past.load(Ordering::SeqCst), "it ran past its bound");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_aborted_call_is_reported_cancelled_not_panicked() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let guarded = call(Duration::from_secs(10), &ended);
+        guarded.aborter().abort();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        match guarded.answer_by(deadline).await {
+            Answer::Cancelled => {}
+            Answer::Panicked(message) => panic!("a cancelled call reported panicked: {message}"),
+            Answer::TimedOut => panic!("a cancelled call reported timed out"),
+            Answer::Answered(_) => panic!("an aborted call answered"),
+        }
+        assert!(!ended.load(Ordering::SeqCst), "the aborted call ran on");
     }
 }

@@ -184,7 +184,16 @@ impl Generation {
 
 tokio::task_local! {
     /// The generation being built, seen by handles used inside `init`.
-    static STAGED: Arc<Generation>;
+    static STAGED: Staged;
+}
+
+/// A generation being built, and the runtime it is built for: only that
+/// runtime's handles resolve in it (another runtime's handle to the same
+/// key, in the same process, goes on resolving in its own runtime).
+struct Staged {
+    /// Where the generation will be published.
+    live: LiveGeneration,
+    generation: Arc<Generation>,
 }
 
 /// Staged scopes open now, in any task: while none is, a handle load does
@@ -207,12 +216,19 @@ impl Drop for StagedScope {
     }
 }
 
-/// Runs `future` with handles resolving in `staged` first.
+/// Runs `future` with the handles of `live` resolving in `staged` (the
+/// generation being built for `live`) first; handles of other runtimes
+/// resolve as before.
 pub(crate) async fn with_staged<F: std::future::Future>(
+    live: LiveGeneration,
     staged: Arc<Generation>,
     future: F,
 ) -> F::Output {
     let _open = StagedScope::open();
+    let staged = Staged {
+        live,
+        generation: staged,
+    };
     STAGED.scope(staged, future).await
 }
 
@@ -223,26 +239,36 @@ pub(crate) async fn with_staged<F: std::future::Future>(
 /// caller as if it were applied, and every other caller as before: what the
 /// new generation is built on is what it will serve.
 ///
+/// It tells whether *a* generation is being prepared by the calling task,
+/// not which runtime's: with two runtimes in one process, a task preparing
+/// one runtime's generation that reaches a component of the other (which
+/// its handles do not do: they resolve in their own runtime) is answered
+/// as preparing.
+///
 /// [`StagedInPlace::Deferred`]: crate::StagedInPlace::Deferred
 pub fn preparing_generation() -> bool {
     STAGED_SCOPES.load(Ordering::Acquire) != 0 && STAGED.try_with(|_| ()).is_ok()
 }
 
-/// The instance of `key` in the generation being built, when the calling
-/// task is initialising one.
+/// The instance of `bound`'s key in the generation being built for its
+/// runtime, when the calling task is initialising one.
 #[inline]
-fn staged(key: &ComponentKey) -> Option<Instance> {
+fn staged(bound: &Bound) -> Option<Instance> {
     if STAGED_SCOPES.load(Ordering::Acquire) == 0 {
         return None;
     }
-    staged_in_task(key)
+    staged_in_task(bound)
 }
 
 /// [`staged`] while some staged scope is open (in this task or another).
 #[cold]
-fn staged_in_task(key: &ComponentKey) -> Option<Instance> {
+fn staged_in_task(bound: &Bound) -> Option<Instance> {
     STAGED
-        .try_with(|staged| staged.get(key).cloned())
+        .try_with(|staged| {
+            Arc::ptr_eq(&staged.live, &bound.live)
+                .then(|| staged.generation.get(&bound.key).cloned())
+                .flatten()
+        })
         .ok()
         .flatten()
 }
@@ -393,7 +419,7 @@ impl Target {
     /// generation being built).
     fn borrow(&self) -> Result<borrowed::Held, HandleError> {
         let bound = self.bound.as_ref().ok_or(HandleError::NotInjected)?;
-        if let Some(instance) = staged(&bound.key) {
+        if let Some(instance) = staged(bound) {
             return Ok(borrowed::owned(instance));
         }
         bound

@@ -174,3 +174,28 @@ fn unstarted_handles_fit_their_kind_load_nothing_and_share_one_runtime() {
     let (a, b) = (live(&orders.0), live(&greeter.0));
     assert!(matches!((a, b), (Some(a), Some(b)) if Arc::ptr_eq(&a, &b)));
 }
+
+/// Two runtimes in one process: while one prepares a generation, another
+/// runtime's handle to the same key goes on resolving in its own runtime
+/// (not in the generation staged for the first, unpublished and maybe
+/// rolled back), and the first's handles resolve in what it stages.
+#[tokio::test]
+async fn a_generation_staged_for_one_runtime_is_not_seen_by_anothers_handles() {
+    let (a, b) = (Live::new(), Live::new());
+    publish(&a, 1, &["k"]);
+    publish(&b, 7, &["k"]);
+    let (in_a, in_b) = (
+        ComponentHandle::new(key("k"), a.clone()),
+        ComponentHandle::new(key("k"), b.clone()),
+    );
+    let staged_for_a = Generation::new(
+        2,
+        BTreeMap::from([(key("k"), Instance::Custom(Arc::new(Stamped(2))))]),
+    );
+    let seen = super::with_staged(a.clone(), Arc::new(staged_for_a), async {
+        (stamp(&in_a), stamp(&in_b))
+    })
+    .await;
+    assert_eq!(seen, (2, 7), "(runtime A's handle, runtime B's handle)");
+    assert_eq!((stamp(&in_a), stamp(&in_b)), (1, 7), "outside the scope");
+}

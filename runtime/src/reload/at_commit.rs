@@ -238,8 +238,13 @@ async fn update_or_rebuild(
     let component = running.assembled.instance.component();
     let resolved = running.assembled.resolved.clone();
     let within = cx.timeouts.init;
-    let updating =
-        in_place::update_staged(component.clone(), hook, resolved, cx.staged.clone(), within);
+    let updating = in_place::update_staged(
+        component.clone(),
+        hook,
+        resolved,
+        (cx.live.clone(), cx.staged.clone()),
+        within,
+    );
     let answer = unless_cut(updating, cx).await;
     if settle(&key, component, hook, &previous, answer, cx).await {
         return Ok(Step::InPlace {

@@ -9,19 +9,19 @@ use crate::component::StagedInPlace;
 use crate::component::{Component, ComponentKey, InPlace, PendingInPlace};
 pub(super) use crate::guarded::Answer;
 use crate::guarded::{guarded, panic_message};
-use crate::handle::{with_staged, Generation, Instance};
+use crate::handle::{with_staged, Generation, Instance, LiveGeneration};
 use crate::metadata::Metadata;
 use crate::redact::Redactor;
 use crate::registry::{in_place_of, InPlaceHook};
 use crate::running::Running;
 
-/// Stages `metadata` on the running `component`, handles resolving in
-/// `staged` (the generation being built).
+/// Stages `metadata` on the running `component`, the handles of `live`
+/// resolving in `staged` (the generation being built for it).
 pub(super) async fn stage(
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,
     metadata: Metadata,
-    staged: Arc<Generation>,
+    (live, staged): (LiveGeneration, Arc<Generation>),
     within: Duration,
 ) -> Answer<StagedInPlace> {
     let call = async move {
@@ -30,7 +30,7 @@ pub(super) async fn stage(
             None => Ok(StagedInPlace::NeedsRebuild),
         }
     };
-    guarded(with_staged(staged, call), within).await
+    guarded(with_staged(live, staged, call), within).await
 }
 
 /// Applies `metadata` to the running `component` at once: how a reload
@@ -44,18 +44,19 @@ pub(super) async fn update(
     guarded(update_call(component, hook, metadata), within).await
 }
 
-/// Applies `metadata` to the running `component` at once, handles
-/// resolving in `staged` (the generation being built): how a reload puts
-/// in force an update that was not staged ([`StagedInPlace::AtCommit`]).
+/// Applies `metadata` to the running `component` at once, the handles of
+/// `live` resolving in `staged` (the generation being built for it): how a
+/// reload puts in force an update that was not staged
+/// ([`StagedInPlace::AtCommit`]).
 pub(super) async fn update_staged(
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,
     metadata: Metadata,
-    staged: Arc<Generation>,
+    (live, staged): (LiveGeneration, Arc<Generation>),
     within: Duration,
 ) -> Answer<InPlace> {
     let call = update_call(component, hook, metadata);
-    guarded(with_staged(staged, call), within).await
+    guarded(with_staged(live, staged, call), within).await
 }
 
 async fn update_call(

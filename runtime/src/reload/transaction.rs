@@ -611,7 +611,7 @@ async fn stage(
         component.clone(),
         hook,
         resolved.clone(),
-        cx.staged.clone(),
+        (cx.live.clone(), cx.staged.clone()),
         within,
     );
     let old = &previous.assembled.resolved;
@@ -636,7 +636,7 @@ async fn stage(
         Answer::Answered(Ok(StagedInPlace::AtCommit)) if now => {
             // Its dependents read it through refs in this reload.
             let metadata = resolved.clone();
-            let staged = cx.staged.clone();
+            let staged = (cx.live.clone(), cx.staged.clone());
             let updating =
                 in_place::update_staged(component.clone(), hook, metadata, staged, within);
             let answer = unless_cut(updating, cx).await;
@@ -670,6 +670,12 @@ async fn stage(
         Answer::Panicked(message) => {
             let message = cx.redactor.scrub(&message);
             tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
+            reverting().await;
+            None
+        }
+        Answer::Cancelled => {
+            // Cut mid-way: it may have been half made, as a panic.
+            tracing::warn!(component = %key, "In-place update was cancelled before it answered; re-applying the previous metadata, then rebuilding.");
             reverting().await;
             None
         }
@@ -735,6 +741,10 @@ async fn settled(
             tracing::error!(component = %key, error = %message, "In-place update panicked; re-applying the previous metadata, then rebuilding.");
             reverted(revert(key, component, hook, previous.clone(), cx).await)
         }
+        Answer::Cancelled => {
+            tracing::warn!(component = %key, "In-place update was cancelled before it answered; re-applying the previous metadata, then rebuilding.");
+            reverted(revert(key, component, hook, previous.clone(), cx).await)
+        }
     }
 }
 
@@ -774,6 +784,7 @@ pub(super) async fn revert(
         Answer::Answered(Err(err)) => cx.redactor.scrub(&err.to_string()),
         Answer::TimedOut => format!("no answer within {:?}", started.elapsed()),
         Answer::Panicked(message) => format!("it panicked: {}", cx.redactor.scrub(&message)),
+        Answer::Cancelled => "it was cancelled before it answered".to_string(),
     };
     tracing::error!(component = %key, error = %why, "In-place update could not be reverted; the component may keep (part of) its new metadata.");
     false

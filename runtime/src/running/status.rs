@@ -106,6 +106,10 @@ impl RunningSet {
                     "not_ready",
                     Some(format!("readiness panicked: {}", redactor.scrub(&message))),
                 ),
+                Answer::Cancelled => (
+                    "not_ready",
+                    Some("readiness check cancelled before it answered".to_string()),
+                ),
             };
             statuses.push(ComponentStatus {
                 metadata: shown_metadata(redactor, &running.spec, &running.assembled.resolved),
