@@ -4,6 +4,7 @@
 //! ([`without_credentials`]).
 
 mod finder;
+mod forms;
 mod held;
 mod limits;
 mod matcher;
@@ -22,6 +23,7 @@ use arc_swap::ArcSwap;
 use finder::Finder;
 #[cfg(test)]
 use finder::PENDING_MAX;
+pub(crate) use forms::forms_to_scrub;
 use held::HeldForms;
 pub use held::HeldSecrets;
 pub(crate) use limits::too_many_secret_values;
@@ -153,7 +155,11 @@ impl Redactor {
     /// Debug-escaped (an error quoting a string), where they differ from
     /// the raw value; and the same for the value trimmed, where blanks
     /// around it (a secret file's last newline) differ: a lenient number
-    /// or flag is read, and quoted when bad, trimmed. All of them, held
+    /// or flag is read, and quoted when bad, trimmed. A value of up to
+    /// 64 KiB also: on one line, percent-encoded (a URL quoted by an
+    /// HTTP client's error) and escaped twice; on several, each line of
+    /// 16 characters or more (a PEM key logged a line at a time), as
+    /// `forms` says. All of them, held
     /// by the guard returned (scrubbed while it lives, and a grace after),
     /// or none with an error where they would pass the process's limits
     /// (`limits`: 256 Ki forms, 8 MiB, counting the forms held or within
@@ -291,37 +297,6 @@ fn occurrences<'a>(text: &'a str, value: &'a str) -> impl Iterator<Item = Range<
     })
 }
 
-/// The forms of `value` to scrub: those it may be printed in, and those
-/// of it trimmed; none shorter than [`MIN_SCRUBBED_LEN`].
-pub(crate) fn forms_to_scrub(value: &str) -> Vec<String> {
-    let mut forms = Vec::new();
-    for value in [value, value.trim()] {
-        if value.len() >= MIN_SCRUBBED_LEN {
-            forms.extend(printed_forms(value));
-        }
-    }
-    forms
-}
-
-/// `value` as written raw, inside a JSON string, and by `{:?}` (quotes
-/// stripped).
-fn printed_forms(value: &str) -> Vec<String> {
-    let json = serde_json::to_string(value).unwrap_or_default();
-    let debug = format!("{value:?}");
-    let unquote = |quoted: &str| {
-        quoted
-            .strip_prefix('"')
-            .and_then(|q| q.strip_suffix('"'))
-            .map(str::to_string)
-    };
-    let mut forms = vec![value.to_string()];
-    forms.extend(unquote(&json));
-    forms.extend(unquote(&debug));
-    forms.sort();
-    forms.dedup();
-    forms
-}
-
 /// A writer that scrubs every secret value the runtimes have seen from what
 /// passes through it: the last line of defence for logs, which also catches
 /// a component that logs its own password. Give it to the log subscriber
@@ -442,6 +417,70 @@ mod tests {
         assert_eq!(
             redactor.scrub(&format!("{url} then http://u:hunter2@h/x")),
             "[redacted] then http://u:[redacted]@h/x"
+        );
+    }
+
+    #[test]
+    fn a_value_percent_encoded_in_a_url_is_scrubbed() {
+        let redactor = Redactor::default();
+        redactor.remember("p@ss word/1");
+        for (text, left) in [
+            (
+                "GET /x?pw=p%40ss%20word%2F1 failed",
+                "GET /x?pw=[redacted] failed",
+            ),
+            ("GET /x?a=1&pw=p%40ss+word%2F1", "GET /x?a=1&pw=[redacted]"),
+            (
+                "http://h/x?pw=p@ss%20word/1#top",
+                "http://h/x?pw=[redacted]#top",
+            ),
+        ] {
+            let scrubbed = redactor.scrub(text);
+            assert_eq!(scrubbed, left);
+            assert!(!scrubbed.contains("ss%20word") && !scrubbed.contains("ss+word"));
+        }
+    }
+
+    #[test]
+    fn a_value_escaped_twice_is_scrubbed() {
+        let redactor = Redactor::default();
+        let value = "pa\"ss\\word";
+        redactor.remember(value);
+        let once = serde_json::to_string(value).unwrap_or_default();
+        let twice = serde_json::to_string(&format!("error: {once}")).unwrap_or_default();
+        let scrubbed = redactor.scrub(&format!("{{\"message\":{twice}}}"));
+        assert_eq!(scrubbed, "{\"message\":\"error: \\\"[redacted]\\\"\"}");
+    }
+
+    #[test]
+    fn a_pem_key_logged_a_line_at_a_time_is_scrubbed() {
+        let redactor = Redactor::default();
+        let lines = [
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7",
+            "VJTUt9Us8cKjMzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictG",
+        ];
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n{}\n-----END PRIVATE KEY-----\n",
+            lines[0], lines[1]
+        );
+        redactor.remember(&pem);
+        for line in lines {
+            assert_eq!(
+                redactor.scrub(&format!("key line: {line}")),
+                "key line: [redacted]"
+            );
+        }
+        // Escaped twice: its line breaks as `\\n`.
+        let twice = pem.replace('\n', "\\\\n");
+        let scrubbed = redactor.scrub(&twice);
+        assert!(
+            !lines.iter().any(|line| scrubbed.contains(line)),
+            "{scrubbed}"
+        );
+        // Its armour is no secret.
+        assert_eq!(
+            redactor.scrub("expected -----BEGIN PRIVATE KEY-----"),
+            "expected -----BEGIN PRIVATE KEY-----"
         );
     }
 

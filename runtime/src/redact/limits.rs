@@ -15,6 +15,16 @@
 //! validation, one whose values would fill the process's room when it
 //! starts.
 //!
+//! A value of up to 64 KiB (`forms::EXTRA_FORMS_UP_TO`) is remembered
+//! in more forms (`forms`): on one line, also percent-encoded and
+//! escaped twice (a password with a blank and a quote: about 8 times its
+//! size in 6 forms); on several, also each line (a 3 KiB PEM key: 5
+//! times its size, 15 KiB, in about 50 forms; 7 times with its line
+//! breaks escaped, as in an environment variable). At worst (control
+//! characters, blanks around them) its forms take 40 times its size,
+//! 2.5 MiB: one of these can always be replaced by another as large. The
+//! sizes below are of larger values, which keep the first 4 forms only.
+//!
 //! One value of up to [`ONE_VALUE_FITS`] (1 MiB) always fits in a
 //! process that holds nothing else, where its JSON and Debug escapes add
 //! at most half its size each (any text of line breaks, tabs and quotes:
@@ -201,6 +211,24 @@ mod tests {
             refused.contains("needs room for the old and the new at once"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn a_value_of_the_extra_forms_size_can_be_replaced_by_another_as_large() {
+        // The worst case of the extra forms: control characters (escaped
+        // 6 bytes a byte, twice 7, percent-encoded 3), blanks around.
+        let size = super::super::forms::EXTRA_FORMS_UP_TO;
+        let worst = |first: char| format!(" {first}{} ", "\u{1}".repeat(size - 3));
+        let (old, new) = (worst('a'), worst('b'));
+        let forms = super::super::forms_to_scrub(&old);
+        let bytes: usize = forms.iter().map(String::len).sum();
+        assert!(bytes <= 40 * old.len(), "{bytes} bytes of forms");
+        let redactor = Redactor::default();
+        let _running = redactor
+            .try_remember_all([old.as_str()])
+            .expect("fits alone");
+        let replacing = redactor.try_remember_all([new.as_str()]);
+        assert!(replacing.is_ok(), "{}", replacing.err().unwrap_or_default());
     }
 
     #[test]

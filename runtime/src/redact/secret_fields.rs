@@ -13,18 +13,90 @@ const SHOWN_SECRET: &str = "[secret]";
 /// The words, among those a field named like a secret contains (lowercased,
 /// without `_`, `-`, `.`), that start with `first`: `password`, `passwd`,
 /// `passphrase`, `privatekey`, `secret`, `token`, `apikey`, `accesskey`,
-/// `clientkey`, `credential`. By first letter, so a name is read once
-/// (this runs for every metadata field a component starts with).
+/// `clientkey`, `credential`, `connectionstring`. By first letter, so a
+/// name is read once (this runs for every metadata field a component
+/// starts with).
 fn secret_words_from(first: u8) -> &'static [&'static str] {
     match first {
         b'p' => &["password", "passwd", "passphrase", "privatekey"],
         b's' => &["secret"],
         b't' => &["token"],
         b'a' => &["apikey", "accesskey"],
-        b'c' => &["clientkey", "credential"],
+        b'c' => &["clientkey", "credential", "connectionstring"],
         _ => &[],
     }
 }
+
+/// Words a name that holds a secret ends with, besides a key
+/// ([`ends_in_a_key`]): a data source name (`dsn`, `sentryDsn`: a
+/// connection string).
+const SECRET_ENDINGS: &[&str] = &["dsn"];
+
+/// What may follow `key` in a name that holds one: its encoding
+/// (`signingKeyPem`, `accountKeyBase64`).
+const KEY_FORMATS: &[&str] = &[
+    "pem", "der", "base64", "b64", "hex", "data", "bytes", "value", "content", "material",
+    "string", "text", "json",
+];
+
+/// Kinds of key that name or count something, and hold no secret: a
+/// lookup key (`partitionKey`, `routingKey`, `hashKey`, `redisKey`), a
+/// public key, an Apollo `releaseKey`, a count (`maxKeys`). Each a word
+/// of its own in the name (see [`starts_a_word`]).
+const PLAIN_KEYS: &[&str] = &[
+    "partition",
+    "routing",
+    "sort",
+    "range",
+    "hash",
+    "shard",
+    "row",
+    "column",
+    "table",
+    "foreign",
+    "composite",
+    "release",
+    "public",
+    "idempotency",
+    "dedup",
+    "deduplication",
+    "message",
+    "event",
+    "cache",
+    "lookup",
+    "lock",
+    "group",
+    "index",
+    "object",
+    "item",
+    "entry",
+    "record",
+    "document",
+    "field",
+    "attribute",
+    "property",
+    "header",
+    "label",
+    "tag",
+    "metadata",
+    "state",
+    "config",
+    "configuration",
+    "sequence",
+    "counter",
+    "redis",
+    "etcd",
+    "max",
+    "min",
+    "num",
+    "total",
+    "allowed",
+];
+
+/// Words a name ends with where its value is credentials, or a group of
+/// fields around them (`auth`, `basicAuth`, `authorization`); not
+/// `oauth`, which names a scheme.
+const CREDENTIALS_ENDINGS: &[&str] = &["auth", "authorization"];
 
 /// Names ending so point at a secret rather than hold it: the file or path
 /// to read it from, the store or ref to ask, its name.
@@ -48,11 +120,23 @@ const POINTER_ENDINGS: &[&str] = &[
 const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 
 /// Whether a metadata field named `name` holds a secret, by its name: the
-/// name, lowercased (ASCII letters) and without `_`, `-` and `.`, contains `password`,
-/// `passwd`, `passphrase`, `secret`, `token`, `apikey`, `accesskey`,
-/// `privatekey`, `clientkey` or `credential`, and does not end like a
-/// pointer to a secret (`file`, `path`, `dir`, `store`, `storeName`, `ref`,
-/// `name`, and their plurals).
+/// name, lowercased (ASCII letters) and without `_`, `-` and `.`,
+/// - contains `password`, `passwd`, `passphrase`, `secret`, `token`,
+///   `apikey`, `accesskey`, `privatekey`, `clientkey`, `credential` or
+///   `connectionstring`;
+/// - or ends with `key` or `keys` (`accountKey`, `masterKey`, `sasKey`,
+///   `signingKey`), maybe followed by its encoding (`keyPem`,
+///   `keyBase64`), but for a kind of key that names or counts something
+///   (`partitionKey`, `routingKey`, `hashKey`, `publicKey`, `releaseKey`,
+///   `maxKeys`; `keyPrefix` does not end with `key`);
+/// - or ends with `dsn` (`sentryDsn`);
+/// - or ends with `auth` or `authorization` (`basicAuth`; not `oauth`):
+///   credentials, hidden unless they are a group of fields (`auth: {user,
+///   password}`), each of which is then judged by its own name;
+///
+/// and does not end like a pointer to a secret (`file`, `path`, `dir`,
+/// `store`, `storeName`, `ref`, `name`, and their plurals:
+/// `connectionStringName`, `secretKeyRef`).
 ///
 /// The value of such a field, written inline, is shown as `[secret]` in
 /// the status and scrubbed from logs and errors; a secret should still come
@@ -61,25 +145,127 @@ const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 /// ```
 /// use rewire_runtime::is_secret_field;
 ///
-/// for secret in ["redisPassword", "password", "secret", "open_api_token", "clientKey", "api-key"] {
+/// for secret in ["redisPassword", "password", "secret", "open_api_token", "clientKey", "api-key",
+///     "accountKey", "masterKey", "connectionString", "sasKey", "basicAuth"] {
 ///     assert!(is_secret_field(secret), "{secret}");
 /// }
-/// for plain in ["keyPrefix", "redisUsername", "secretsFile", "secret_store", "releaseKey"] {
+/// for plain in ["keyPrefix", "redisUsername", "secretsFile", "secret_store", "releaseKey",
+///     "partitionKey", "maxKeys", "connectionStringName"] {
 ///     assert!(!is_secret_field(plain), "{plain}");
 /// }
 /// ```
 pub fn is_secret_field(name: &str) -> bool {
+    named(name.as_bytes()) != Named::Plain
+}
+
+/// What a field's name says its value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Named {
+    /// Nothing secret.
+    Plain,
+    /// A secret, whatever its value: hidden whole.
+    Secret,
+    /// Credentials (`auth`): a value is hidden, a group of fields is not,
+    /// each of them judged by its own name.
+    Credentials,
+}
+
+/// What the field `name` says its value is (see [`is_secret_field`]).
+fn named(name: &[u8]) -> Named {
+    let kind = if has_a_secret_word(name)
+        || ends_in_a_key(name)
+        || SECRET_ENDINGS
+            .iter()
+            .any(|end| spelled_before(name, name.len(), end).is_some())
+    {
+        Named::Secret
+    } else if ends_in_credentials(name) {
+        Named::Credentials
+    } else {
+        return Named::Plain;
+    };
+    if points_at_a_secret(name) {
+        return Named::Plain;
+    }
+    kind
+}
+
+/// Whether the field `name`, holding `value`, is hidden whole: named like
+/// a secret, or like credentials and holding no group of fields.
+fn hides(name: &str, value: &Value) -> bool {
+    match named(name.as_bytes()) {
+        Named::Plain => false,
+        Named::Secret => true,
+        Named::Credentials => !value.is_object(),
+    }
+}
+
+/// Whether `name` contains a word of [`secret_words_from`].
+fn has_a_secret_word(name: &[u8]) -> bool {
     // Read in place (this runs for every field a component starts with):
     // a word is tried only where one of its first letters stands.
-    let name = name.as_bytes();
-    for at in 0..name.len() {
-        for word in secret_words_from(name[at].to_ascii_lowercase()) {
-            if spelled_at(name, at, word.as_bytes()) {
-                return !points_at_a_secret(name);
+    (0..name.len()).any(|at| {
+        secret_words_from(name[at].to_ascii_lowercase())
+            .iter()
+            .any(|word| spelled_at(name, at, word.as_bytes()))
+    })
+}
+
+/// Whether `name` ends with `key` or `keys`, maybe followed by one of
+/// [`KEY_FORMATS`], and not after one of [`PLAIN_KEYS`].
+fn ends_in_a_key(name: &[u8]) -> bool {
+    let format_at = KEY_FORMATS
+        .iter()
+        .find_map(|format| spelled_before(name, name.len(), format))
+        .filter(|&at| spelled_before(name, at, "key").is_some());
+    let end = format_at.unwrap_or(name.len());
+    let Some(key_at) =
+        spelled_before(name, end, "key").or_else(|| spelled_before(name, end, "keys"))
+    else {
+        return false;
+    };
+    // A word of its own: `adminKey` and `sentryKey` are no `min` or
+    // `entry` key.
+    !PLAIN_KEYS
+        .iter()
+        .any(|kind| spelled_before(name, key_at, kind).is_some_and(|at| starts_a_word(name, at)))
+}
+
+/// Whether `name` ends with one of [`CREDENTIALS_ENDINGS`], not `oauth`.
+fn ends_in_credentials(name: &[u8]) -> bool {
+    CREDENTIALS_ENDINGS.iter().any(|end| {
+        spelled_before(name, name.len(), end).is_some_and(|at| {
+            !spelled_before(name, at, "o").is_some_and(|o| starts_a_word(name, o))
+        })
+    })
+}
+
+/// Whether a word starts at `at` in `name`: at its start, after `_`, `-`
+/// or `.`, or at a capital after a small letter or digit (`camelCase`).
+fn starts_a_word(name: &[u8], at: usize) -> bool {
+    let Some(before) = at.checked_sub(1).map(|before| name[before]) else {
+        return true;
+    };
+    matches!(before, b'_' | b'-' | b'.')
+        || (name[at].is_ascii_uppercase() && !before.is_ascii_uppercase())
+}
+
+/// Where `word` starts in `name` if it is spelled there just before
+/// `end`, ignoring case and `_`, `-`, `.` (those just before `end` too).
+fn spelled_before(name: &[u8], mut end: usize, word: &str) -> Option<usize> {
+    for &letter in word.as_bytes().iter().rev() {
+        loop {
+            end = end.checked_sub(1)?;
+            let byte = name[end];
+            if !matches!(byte, b'_' | b'-' | b'.') {
+                if byte.to_ascii_lowercase() != letter {
+                    return None;
+                }
+                break;
             }
         }
     }
-    false
+    Some(end)
 }
 
 /// Whether `word` is spelled in `name` from `at` on, ignoring case and
@@ -130,7 +316,7 @@ pub(crate) fn shown_fields(
     metadata
         .iter()
         .map(|(field, value)| {
-            let hidden = secret.contains(field) || is_secret_field(field);
+            let hidden = secret.contains(field) || hides(field, value);
             (field.clone(), shown_field(hidden, value))
         })
         .collect()
@@ -173,7 +359,7 @@ fn collect(field: &str, secret: bool, value: &Value, values: &mut Vec<String>) {
     if !scrubbable {
         return;
     }
-    let secret = secret || is_secret_field(field);
+    let secret = secret || hides(field, value);
     match value {
         Value::String(s) if secret => values.push(s.clone()),
         Value::Number(n) if secret => values.push(n.to_string()),
@@ -221,6 +407,34 @@ mod tests {
     }
 
     #[test]
+    fn the_common_dapr_secret_fields_are_secret() {
+        let secret = [
+            "accountKey",
+            "masterKey",
+            "connectionString",
+            "storageConnectionString",
+            "sasKey",
+            "primaryKey",
+            "signingKey",
+            "signingKeyPem",
+            "encryptionKeys",
+            "storageAccountKey",
+            "adminKey",
+            "sentryKey",
+            "ACCOUNT_KEY",
+            "key",
+            "dsn",
+            "sentryDsn",
+            "basicAuth",
+            "auth",
+            "proxyAuthorization",
+        ];
+        for name in secret {
+            assert!(is_secret_field(name), "{name}");
+        }
+    }
+
+    #[test]
     fn plain_fields_and_pointers_to_secrets_are_not() {
         let plain = [
             "keyPrefix",
@@ -242,6 +456,22 @@ mod tests {
             "redisHost",
             "endpoints",
             "config_server",
+            "keyName",
+            "keyType",
+            "keyspace",
+            "partitionKey",
+            "PARTITION_KEY",
+            "routingKey",
+            "hashKey",
+            "redisKey",
+            "publicKey",
+            "publicKeyPem",
+            "maxKeys",
+            "connectionStringName",
+            "SharedAccessKeyName",
+            "oauth",
+            "authType",
+            "authority",
         ];
         for name in plain {
             assert!(!is_secret_field(name), "{name}");
@@ -273,6 +503,57 @@ mod tests {
                 "secret": null,
             })
         );
+    }
+
+    #[test]
+    fn an_inline_connection_string_or_account_key_is_hidden_and_remembered() {
+        let metadata = json!({
+            "connectionString": "Endpoint=sb://x/;SharedAccessKey=abc123XYZ",
+            "accountKey": "YWNjb3VudC1rZXk=",
+            "keyPrefix": "app",
+            "partitionKey": "tenant",
+        });
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        let shown = Value::Object(shown_fields(&metadata, &BTreeSet::new()));
+        assert!(!shown.to_string().contains("abc123XYZ"), "{shown}");
+        assert_eq!(
+            shown,
+            json!({
+                "connectionString": "[secret]",
+                "accountKey": "[secret]",
+                "keyPrefix": "app",
+                "partitionKey": "tenant",
+            })
+        );
+        let mut values = secret_field_values(&metadata);
+        values.sort();
+        assert_eq!(
+            values,
+            [
+                "Endpoint=sb://x/;SharedAccessKey=abc123XYZ",
+                "YWNjb3VudC1rZXk="
+            ]
+        );
+    }
+
+    #[test]
+    fn credentials_are_hidden_but_a_group_of_fields_is_judged_field_by_field() {
+        let metadata = json!({
+            "basicAuth": "user:hunter2",
+            "auth": {"user": "root", "password": "hunter2-nested"},
+        });
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        let shown = Value::Object(shown_fields(&metadata, &BTreeSet::new()));
+        assert_eq!(
+            shown,
+            json!({
+                "basicAuth": "[secret]",
+                "auth": {"user": "root", "password": "[secret]"},
+            })
+        );
+        let mut values = secret_field_values(&metadata);
+        values.sort();
+        assert_eq!(values, ["hunter2-nested", "user:hunter2"]);
     }
 
     #[test]
