@@ -1,19 +1,18 @@
 //! Which operations a resiliency retry policy may repeat, one rule per
 //! operation. A failed attempt may still have been applied by the backend,
 //! so an operation is retried only when repeating it cannot change the
-//! outcome (it is idempotent), or when the caller's etag makes a repeat
-//! fail visibly instead of overwriting. A delete at an etag is not
+//! outcome (it is idempotent). A write or a delete at an etag is not
 //! retried: its repeat, after an attempt applied but answered late (a
-//! timeout, a lost answer), finds the key gone and reports a stale etag
-//! (a 409) for a delete that happened; the first attempt's error is
-//! answered instead. Timeouts and circuit breakers apply to every
-//! operation, retried or not.
+//! timeout, a lost answer), finds the etag changed (or the key gone) and
+//! reports a stale etag (a 409) for a write or delete that happened; the
+//! first attempt's error is answered instead. Timeouts and circuit
+//! breakers apply to every operation, retried or not.
 //!
 //! | operation | retried |
 //! |---|---|
 //! | state get, bulk get, secrets, configuration get, file get/list/stat | yes: reads |
-//! | state save, last-write | yes: writing the same value twice is one write |
-//! | state save, first-write with an etag | yes: the etag guards it |
+//! | state save, last-write without an etag | yes: writing the same value twice is one write |
+//! | state save with an etag (one, a bulk, an upsert in a transaction) | **never**: a repeat would report a false conflict |
 //! | state save, first-write without an etag | **never**: a repeat would fail on its own create |
 //! | state delete without an etag, file delete, configuration save/delete | yes: idempotent |
 //! | state delete with an etag (one, a bulk, in a transaction) | **never**: a repeat would report a false conflict |
@@ -35,9 +34,11 @@ pub(super) const IDEMPOTENT: Retries = Retries::Allowed;
 /// Operations a repeat could change the outcome of.
 pub(super) const NEVER: Retries = Retries::Never;
 
-/// One write: last-write, or guarded by an etag.
+/// One write: last-write without an etag (writing the same value twice
+/// is one write). At an etag, a repeat after an attempt applied but
+/// answered late would find the etag changed and report a false conflict.
 fn write_is_safe(write: &SetRequest) -> bool {
-    write.concurrency == Concurrency::LastWrite || write.etag.is_some()
+    write.concurrency == Concurrency::LastWrite && write.etag.is_none()
 }
 
 /// A save of `writes` (one or a bulk): retried when every write is safe.
@@ -79,10 +80,12 @@ mod tests {
     use super::*;
     use crate::dapr::{Call, StateOpError, StoreLabel};
 
-    /// A state store whose first attempt at deleting a key (or at a
-    /// transaction) is applied, then answered with a backend failure: the
-    /// answer lost, as when a timeout cuts an attempt the backend applied.
-    /// Every key written has etag `1`.
+    /// A state store whose first attempt at deleting a key, at saving a
+    /// key at an etag, or at a transaction, is applied, then answered with
+    /// a backend failure: the answer lost, as when a timeout cuts an
+    /// attempt the backend applied. A new key gets etag `1`, each write
+    /// of it the next number. (A save without an etag is answered at once:
+    /// it is retried, and would be applied twice.)
     #[derive(rewire_runtime::Component, Default)]
     #[component(kind = "state", type = "test.state.answered_late")]
     struct AnsweredLate {
@@ -103,17 +106,28 @@ mod tests {
             late.insert(what.to_string())
         }
 
-        /// A stale etag, if `delete` carries one that is not the key's.
+        /// A stale etag, if the operation on `key` carries an `etag` that
+        /// is not the key's.
         fn check(
             etags: &HashMap<String, String>,
-            delete: &DeleteRequest,
+            key: &str,
+            etag: Option<&String>,
         ) -> Result<(), StateError> {
-            match &delete.etag {
-                Some(etag) if etags.get(&delete.key) != Some(etag) => {
-                    Err(StateError::EtagMismatch(delete.key.clone()))
+            match etag {
+                Some(etag) if etags.get(key) != Some(etag) => {
+                    Err(StateError::EtagMismatch(key.to_string()))
                 }
                 _ => Ok(()),
             }
+        }
+
+        /// Writes `key`: etag `1` when new, else the next number.
+        fn write(etags: &mut HashMap<String, String>, key: String) {
+            let next = etags
+                .get(&key)
+                .and_then(|etag| etag.parse::<u64>().ok())
+                .map_or(1, |version| version + 1);
+            etags.insert(key, next.to_string());
         }
 
         fn lost_answer() -> StateError {
@@ -135,14 +149,22 @@ mod tests {
         }
 
         async fn set(&self, req: SetRequest) -> Result<(), StateError> {
-            self.etags().insert(req.key, "1".into());
+            let late = req.etag.is_some() && self.first_attempt(&format!("save {}", req.key));
+            {
+                let mut etags = self.etags();
+                Self::check(&etags, &req.key, req.etag.as_ref())?;
+                Self::write(&mut etags, req.key);
+            }
+            if late {
+                return Err(Self::lost_answer());
+            }
             Ok(())
         }
 
         async fn delete(&self, req: DeleteRequest) -> Result<(), StateError> {
             {
                 let mut etags = self.etags();
-                Self::check(&etags, &req)?;
+                Self::check(&etags, &req.key, req.etag.as_ref())?;
                 etags.remove(&req.key);
             }
             if self.first_attempt(&req.key) {
@@ -159,15 +181,19 @@ mod tests {
             {
                 let mut etags = self.etags();
                 for operation in &req.operations {
-                    if let TransactionOperation::Delete(delete) = operation {
-                        Self::check(&etags, delete)?;
-                    }
+                    let etag = match operation {
+                        TransactionOperation::Delete(delete) => delete.etag.as_ref(),
+                        TransactionOperation::Upsert(write) => write.etag.as_ref(),
+                    };
+                    Self::check(&etags, operation.key(), etag)?;
                 }
                 for operation in req.operations {
                     match operation {
-                        TransactionOperation::Delete(delete) => etags.remove(&delete.key),
-                        TransactionOperation::Upsert(write) => etags.insert(write.key, "1".into()),
-                    };
+                        TransactionOperation::Delete(delete) => {
+                            etags.remove(&delete.key);
+                        }
+                        TransactionOperation::Upsert(write) => Self::write(&mut etags, write.key),
+                    }
                 }
             }
             if self.first_attempt("a transaction") {
@@ -274,6 +300,45 @@ mod tests {
         runtime.shutdown().await;
     }
 
+    /// A write of `key` (last-write), at `etag` when given.
+    fn write_of(key: &str, etag: Option<&str>) -> SetRequest {
+        SetRequest {
+            key: key.into(),
+            value: b"w".to_vec(),
+            etag: etag.map(str::to_string),
+            ..SetRequest::default()
+        }
+    }
+
+    /// A save at an etag (one, a bulk, an upsert in a transaction) whose
+    /// attempt was applied but answered late is not retried: the caller
+    /// gets the first attempt's error, never a stale etag (a 409) for a
+    /// write that happened (failed before the fix: retried, the repeat
+    /// found the etag changed and answered `EtagMismatch`).
+    #[tokio::test]
+    async fn a_save_at_an_etag_answered_late_is_not_retried_into_a_false_conflict() {
+        let runtime = retried_store().await;
+        let call = Call::new(&runtime, StoreLabel::default());
+        stored(&call, &["one", "a", "b", "t"]).await;
+        let store = call.state_store("s").unwrap_or_else(|e| panic!("{e}"));
+        let lost = Some(AnsweredLate::lost_answer());
+
+        let one = store.save(vec![write_of("one", Some("1"))]).await;
+        assert_eq!(store_error(one), lost, "one save");
+        let bulk = vec![write_of("a", Some("1")), write_of("b", Some("1"))];
+        assert_eq!(store_error(store.save(bulk).await), lost, "bulk");
+        let transaction = TransactionRequest {
+            operations: vec![TransactionOperation::Upsert(write_of("t", Some("1")))],
+            ..TransactionRequest::default()
+        };
+        assert_eq!(
+            store_error(store.transact(transaction).await),
+            lost,
+            "transaction"
+        );
+        runtime.shutdown().await;
+    }
+
     #[test]
     fn a_delete_at_an_etag_is_never_retried() {
         let plain = delete_of("k", None);
@@ -289,26 +354,40 @@ mod tests {
         assert_eq!(super::transaction(&transaction(guarded)), Retries::Never);
     }
 
+    /// Only a last-write save without an etag is retried: a first-write
+    /// without an etag would fail on its own create, a save at an etag
+    /// (last- or first-write) would report a false conflict.
     #[test]
-    fn a_first_write_without_an_etag_is_never_retried() {
+    fn only_a_last_write_save_without_an_etag_is_retried() {
         let last = SetRequest::default();
         let first = SetRequest {
             concurrency: Concurrency::FirstWrite,
             ..SetRequest::default()
         };
-        let guarded = SetRequest {
+        let first_guarded = SetRequest {
             etag: Some("1".into()),
             ..first.clone()
         };
+        let last_guarded = SetRequest {
+            etag: Some("1".into()),
+            ..last.clone()
+        };
         assert_eq!(save(std::slice::from_ref(&last)), Retries::Allowed);
-        assert_eq!(save(std::slice::from_ref(&guarded)), Retries::Allowed);
+        assert_eq!(save(std::slice::from_ref(&first_guarded)), Retries::Never);
+        assert_eq!(save(std::slice::from_ref(&last_guarded)), Retries::Never);
         assert_eq!(save(std::slice::from_ref(&first)), Retries::Never);
         assert_eq!(save(&[last.clone(), first.clone()]), Retries::Never);
+        assert_eq!(save(&[last.clone(), last_guarded.clone()]), Retries::Never);
         let transaction = |write: SetRequest| TransactionRequest {
             operations: vec![TransactionOperation::Upsert(write)],
             ..TransactionRequest::default()
         };
-        assert_eq!(super::transaction(&transaction(guarded)), Retries::Allowed);
-        assert_eq!(super::transaction(&transaction(first)), Retries::Never);
+        assert_eq!(super::transaction(&transaction(last)), Retries::Allowed);
+        for unsafe_write in [first_guarded, last_guarded, first] {
+            assert_eq!(
+                super::transaction(&transaction(unsafe_write)),
+                Retries::Never
+            );
+        }
     }
 }
