@@ -489,8 +489,11 @@ impl From<ConfigOpError> for HttpError {
 }
 
 impl IntoResponse for HttpError {
+    /// Logs the failure (its message Debug-escaped: a request value it
+    /// quotes cannot break the line or forge another; the log's redacting
+    /// writer scrubs secrets in that form too) and answers it.
     fn into_response(self) -> Response {
-        tracing::debug!(code = self.code(), status = self.status().as_u16(), error = %self, "HTTP call failed.");
+        tracing::debug!(code = self.code(), status = self.status().as_u16(), error = ?self.to_string(), "HTTP call failed.");
         (self.status(), Json(self.body())).into_response()
     }
 }
@@ -580,6 +583,44 @@ mod tests {
             assert_eq!(failed.code(), "ERR_STATE_TRANSACTION");
             assert!(failed.body().get("details").is_none());
         }
+    }
+
+    /// A request value quoted in an error message is logged escaped, on
+    /// the failure's one line (failed before the fix: logged raw, so a
+    /// `\n` in it started a forged line).
+    #[test]
+    fn an_error_quoting_a_line_break_is_logged_on_one_line() {
+        use std::sync::{Arc, Mutex};
+        use tracing_subscriber::layer::SubscriberExt as _;
+
+        /// The log's bytes, as a log writer receives them.
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                written.extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let error = HttpError::Invalid("key `k\nFORGED  WARN rewire: forged` refused".into());
+        let response = tracing::subscriber::with_default(subscriber, || error.into_response());
+
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let written = captured.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let logged = String::from_utf8_lossy(&written);
+        assert_eq!(logged.lines().count(), 1, "{logged}");
+        assert!(logged.contains(r"k\nFORGED"), "{logged}");
     }
 
     #[test]
