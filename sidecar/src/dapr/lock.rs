@@ -89,11 +89,11 @@ impl Call {
     /// The store is looked up by each operation, after the request's own
     /// checks, as Dapr orders them (see [`LockOps::try_lock`]); so this
     /// does not fail, and an unknown name is reported by the operation.
-    pub fn lock_store(&self, name: &str) -> Result<LockOps, LockOpError> {
-        Ok(LockOps {
+    pub fn lock_store(&self, name: &str) -> LockOps {
+        LockOps {
             name: name.to_string(),
             call: self.clone(),
-        })
+        }
     }
 }
 
@@ -314,9 +314,7 @@ mod tests {
         owner: &str,
         expiry: i64,
     ) -> String {
-        let ops = Call::new(runtime, StoreLabel::default())
-            .lock_store(store)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let ops = Call::new(runtime, StoreLabel::default()).lock_store(store);
         match ops.try_lock(resource.into(), owner.into(), expiry).await {
             Ok(taken) => panic!("{store}/{resource}/{owner}/{expiry}: taken {taken}"),
             Err(e) => e.to_string(),
@@ -361,18 +359,14 @@ mod tests {
                 && message.contains("another app's lock"),
             "{message}"
         );
-        let ops = Call::new(&runtime, StoreLabel::default())
-            .lock_store("nope")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let ops = Call::new(&runtime, StoreLabel::default()).lock_store("nope");
         let unlocked = ops.unlock("r".into(), String::new()).await;
         assert!(
             matches!(unlocked, Err(LockOpError::LockOwnerEmpty(_))),
             "{unlocked:?}"
         );
         assert_eq!(ASKED.load(Ordering::SeqCst), 0, "the store was asked");
-        let ops = Call::new(&runtime, StoreLabel::default())
-            .lock_store("locks")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let ops = Call::new(&runtime, StoreLabel::default()).lock_store("locks");
         assert!(ops
             .try_lock("r".into(), "o".into(), 5)
             .await
@@ -393,9 +387,7 @@ mod tests {
             refused(&runtime, "locks", "", "", 5).await,
             "lock store is not configured"
         );
-        let ops = Call::new(&runtime, StoreLabel::default())
-            .lock_store("locks")
-            .unwrap_or_else(|e| panic!("{e}"));
+        let ops = Call::new(&runtime, StoreLabel::default()).lock_store("locks");
         let unlocked = ops.unlock(String::new(), String::new()).await;
         assert!(
             matches!(unlocked, Err(LockOpError::NotConfigured(_))),

@@ -14,7 +14,7 @@ pub(super) async fn try_lock(
     call: Call,
     req: pb::TryLockRequest,
 ) -> Result<pb::TryLockResponse, Status> {
-    let store = call.lock_store(&req.store_name)?;
+    let store = call.lock_store(&req.store_name);
     let success = store
         .try_lock(
             req.resource_id,
@@ -30,7 +30,7 @@ pub(super) async fn unlock(
     call: Call,
     req: pb::UnlockRequest,
 ) -> Result<pb::UnlockResponse, Status> {
-    let store = call.lock_store(&req.store_name)?;
+    let store = call.lock_store(&req.store_name);
     let status = store.unlock(req.resource_id, req.lock_owner).await?;
     Ok(pb::UnlockResponse {
         status: unlock_code(status) as i32,

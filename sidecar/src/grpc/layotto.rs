@@ -188,7 +188,7 @@ impl Runtime for LayottoApi {
             "layotto.LockKeepAlive",
             request,
             |call, req| async move {
-                let store = call.lock_store(&req.store_name)?;
+                let store = call.lock_store(&req.store_name);
                 let status = store
                     .keep_alive(req.resource_id, req.lock_owner, i64::from(req.expire))
                     .await?;

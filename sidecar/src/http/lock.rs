@@ -66,7 +66,7 @@ pub async fn try_lock(
     // As Dapr: the body is read first, then the request checked and the
     // store looked up (by the operation, in Dapr's order).
     let request: TryLock = json_body(body, state.options.max_request_bytes)?;
-    let store = call.lock_store(&store_name)?;
+    let store = call.lock_store(&store_name);
     let success = store
         .try_lock(
             request.resource_id,
@@ -85,7 +85,7 @@ pub async fn unlock(
     body: RawBody,
 ) -> Result<Json<UnlockAnswer>, HttpError> {
     let request: Unlock = json_body(body, state.options.max_request_bytes)?;
-    let store = call.lock_store(&store_name)?;
+    let store = call.lock_store(&store_name);
     let status = store
         .unlock(request.resource_id, request.lock_owner)
         .await?;
