@@ -8,7 +8,10 @@
 //!
 //! 1. before the publish ([`warm`](super::warm)) the forwarder subscribes
 //!    to the new instance, while the old one still takes every publish (a
-//!    subscription made while a reload warms waits for its publish);
+//!    subscription made while a reload warms waits for its publish). A
+//!    warmed source let go of before its publish (the reload ended without
+//!    it) is stopped, never drained: a drain closes the publishes of a
+//!    whole broker, which would refuse them all once it serves;
 //! 2. at the publish, the old source is asked to drain: it delivers what it
 //!    holds (read but unsettled, and what was published to it, including
 //!    publishes still under way) and ends. Sources are read oldest first:
@@ -16,11 +19,13 @@
 //! 3. a new instance that refuses the subscribe is tried again with a
 //!    backoff ([`Resubscribe`]) while the old one drains; after
 //!    [`RESUBSCRIBE_DEADLINE`] of refusals the subscription ends once
-//!    nothing drains. A publish of the same broker meanwhile (another
+//!    nothing drains. A retry coming due while a reload has warmed another
+//!    broker waits for that publish, which supersedes it (up to
+//!    [`WARMED_HOLD`]). A publish of the same broker meanwhile (another
 //!    component reloaded) keeps its retry as it is: no second subscribe,
 //!    no fresh deadline, no revival once given up. The subscription is
-//!    never on one broker twice, and a source it no longer reads is
-//!    drained, never dropped. A broker that does not answer is slow, not
+//!    never on one broker twice, and a source it no longer reads once its
+//!    broker was published is drained, never dropped. A broker that does not answer is slow, not
 //!    refusing: it is tried again with a bound growing from
 //!    [`SUBSCRIBE_BOUND`] to [`SLOW_SUBSCRIBE_BOUND`], and a timeout does
 //!    not count toward the deadline (it starts again). The bound grown is
@@ -109,6 +114,13 @@ pub const SUBSCRIBE_BOUND: Duration = crate::store_call::STORE_CALL_BOUND;
 /// [`SUBSCRIBE_BOUND`]; the runtime cannot see them, so it grows its bound
 /// instead of abandoning every attempt at the same point.
 pub const SLOW_SUBSCRIBE_BOUND: Duration = Duration::from_secs(40);
+/// How long a retry of a refusal waits, once a reload warmed another
+/// broker, for that broker's publish (which supersedes the retry): the
+/// publish follows within [`WARM_DEADLINE`](super::warm::WARM_DEADLINE)
+/// of the warm; twice that leaves time for the commit. Past it, the
+/// reload is taken to have ended without its publish: the warmed source is
+/// stopped (never drained) and the retry goes on.
+const WARMED_HOLD: Duration = Duration::from_secs(2 * super::warm::WARM_DEADLINE.as_secs());
 
 /// What a subscribe answered; `None` if it did not answer in time.
 type Answer = Option<Result<PubSubSubscription, PubSubError>>;
@@ -196,6 +208,18 @@ struct Subscribing {
     /// How long it is waited for.
     bound: Duration,
     call: Pin<Box<dyn Future<Output = Answer> + Send>>,
+}
+
+/// A source made on a broker a reload is about to publish, before the
+/// publish.
+struct Warmed {
+    source: Source,
+    /// The number of the generation the reload replaces: once a later one
+    /// is published, the warmed broker was published (or never will be).
+    replaces: u64,
+    /// When it was made: a retry of a refusal waits for its publish up to
+    /// [`WARMED_HOLD`] from then.
+    at: Instant,
 }
 
 /// A subscription on one broker instance.
@@ -352,7 +376,8 @@ struct Forwarder {
     /// next one is waited for; any other broker is first waited on for
     /// [`SUBSCRIBE_BOUND`].
     slow: Option<(Weak<dyn PubSub>, Duration)>,
-    warmed: Option<Source>,
+    /// On the broker a reload warmed, until its publish.
+    warmed: Option<Warmed>,
     /// Oldest first.
     draining: Vec<Source>,
     feed: crate::kinds::SubscriptionFeed,
@@ -463,7 +488,7 @@ impl Forwarder {
     fn source(&self, which: Which) -> Option<&Source> {
         match which {
             Which::Current => self.current.as_ref(),
-            Which::Warmed => self.warmed.as_ref(),
+            Which::Warmed => self.warmed.as_ref().map(|warmed| &warmed.source),
             Which::Draining(i) => self.draining.get(i),
         }
     }
@@ -530,7 +555,7 @@ impl Forwarder {
         let warmed = self
             .warmed
             .as_ref()
-            .is_some_and(|source| same_broker(next, &source.broker));
+            .is_some_and(|warmed| same_broker(next, &warmed.source.broker));
         if warmed || self.follows(next) {
             return;
         }
@@ -541,7 +566,13 @@ impl Forwarder {
             )))
         }) {
             Ok(subscription) => {
-                self.warmed = Some(Source::new(next.clone(), subscription, &self.settled));
+                // One warmed before, for a reload that did not publish it,
+                // is dropped: stopped, not drained.
+                self.warmed = Some(Warmed {
+                    source: Source::new(next.clone(), subscription, &self.settled),
+                    replaces: request.replaces,
+                    at: Instant::now(),
+                });
             }
             Err(err) => {
                 tracing::warn!(topic = %self.req.topic, error = %err, "Subscribing to a rebuilt broker before its publish failed; retried at the publish.");
@@ -588,7 +619,10 @@ impl Forwarder {
 
     /// Tries again to subscribe to the broker serving, when it is time;
     /// another one serving now (its publish not yet seen to) is followed
-    /// afresh. False when the subscription should end.
+    /// afresh. While a reload has warmed another broker, the retry waits
+    /// for its publish (which supersedes it), up to [`WARMED_HOLD`]: a
+    /// retry would let go of the warmed source. False when the
+    /// subscription should end.
     fn resubscribe_if_due(&mut self) -> bool {
         let Some(attempt) = self.retry().filter(|r| r.at <= Instant::now()) else {
             return true;
@@ -596,9 +630,20 @@ impl Forwarder {
         let Ok(now) = self.handle.load() else {
             return false;
         };
-        let refused = self.refused.take();
-        if !refused.is_some_and(|refused| refused.is_on(&now)) {
+        let Some(mut refused) = self.refused.take().filter(|refused| refused.is_on(&now)) else {
             return self.follow();
+        };
+        let held_until = self
+            .warmed
+            .as_ref()
+            .filter(|warmed| !same_broker(&warmed.source.broker, &now))
+            .map(|warmed| warmed.at + WARMED_HOLD)
+            .filter(|until| *until > Instant::now());
+        if let Some(until) = held_until {
+            tracing::debug!(topic = %self.req.topic, "A reload warmed another broker: the retry of the refused one waits for its publish.");
+            refused.next = Some(attempt.postponed_to(until));
+            self.refused = Some(refused);
+            return true;
         }
         self.subscribe_to(now, attempt);
         true
@@ -618,13 +663,13 @@ impl Forwarder {
             return;
         }
         match self.warmed.take() {
-            Some(warmed) if same_broker(&warmed.broker, &now) => {
-                self.make_current(warmed);
+            Some(warmed) if same_broker(&warmed.source.broker, &now) => {
+                self.make_current(warmed.source);
                 self.slow = None;
                 tracing::info!(topic = %self.req.topic, "Pub/sub subscription moved to the rebuilt broker; the old one drains.");
                 return;
             }
-            Some(stale) => self.retire(stale),
+            Some(stale) => self.let_go_of_warmed(stale),
             None => {}
         }
         // The bound grown for a slow broker is its own.
@@ -690,6 +735,28 @@ impl Forwarder {
                 self.refused = Some(Refused::new(&now, next));
             }
         }
+    }
+
+    /// Lets go of a warmed source not made current. Once a generation
+    /// later than the one its reload replaced is published, its broker
+    /// was published and replaced since (or will never serve): it is
+    /// drained like any replaced source. Before that its publish may still
+    /// come: it is stopped, never drained (a drain closes the publishes of
+    /// a whole broker, such as a Redis one, which would then refuse every
+    /// publish once it serves); what it read and did not hand on stays
+    /// pending on its server, for a reclaim.
+    fn let_go_of_warmed(&mut self, stale: Warmed) {
+        let published = self
+            .handle
+            .0
+            .live()
+            .map_or(u64::MAX, |live| live.current().number);
+        if published > stale.replaces {
+            self.retire(stale.source);
+            return;
+        }
+        tracing::warn!(topic = %self.req.topic, hold = ?WARMED_HOLD, "A broker warmed for a reload was not published in time; its subscription is stopped, not drained (what it did not hand on stays pending on its server).");
+        stale.source.subscription.stop();
     }
 
     /// Makes `source` current; one current before it (never on the same
@@ -766,7 +833,7 @@ impl Forwarder {
 /// sources first, oldest first, then the warmed one, then the current one.
 async fn next_delivery(
     current: &mut Option<Source>,
-    warmed: &mut Option<Source>,
+    warmed: &mut Option<Warmed>,
     draining: &mut [Source],
 ) -> Event {
     poll_fn(|cx| {
@@ -774,7 +841,11 @@ async fn next_delivery(
             .iter_mut()
             .enumerate()
             .map(|(i, source)| (Which::Draining(i), source))
-            .chain(warmed.iter_mut().map(|source| (Which::Warmed, source)))
+            .chain(
+                warmed
+                    .iter_mut()
+                    .map(|warmed| (Which::Warmed, &mut warmed.source)),
+            )
             .chain(current.iter_mut().map(|source| (Which::Current, source)));
         for (which, source) in sources {
             match source.subscription.deliveries.poll_recv(cx) {

@@ -40,6 +40,15 @@ impl Resubscribe {
         }
     }
 
+    /// This attempt, due at `at` instead (at the deadline at the latest):
+    /// its count of refusals and its deadline are kept.
+    pub(super) fn postponed_to(self, at: Instant) -> Self {
+        Self {
+            at: at.min(self.give_up_at),
+            ..self
+        }
+    }
+
     /// The attempt after this one was refused; `None` past the deadline.
     pub(super) fn after_refusal(self) -> Option<Self> {
         let now = Instant::now();
@@ -96,5 +105,17 @@ mod tests {
         assert_eq!(waits[..4], [100, 200, 400, 800].map(Duration::from_millis));
         assert!(waits.iter().all(|w| *w <= MAX_WAIT));
         assert_eq!(attempt.at, attempt.give_up_at);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_postponed_attempt_keeps_its_count_and_is_due_by_the_deadline_at_the_latest() {
+        let refused = Resubscribe::now()
+            .after_refusal()
+            .expect("within the deadline");
+        let later = Instant::now() + Duration::from_secs(10);
+        let postponed = refused.postponed_to(later);
+        assert_eq!((postponed.at, postponed.refused), (later, refused.refused));
+        let past_deadline = refused.postponed_to(later + RESUBSCRIBE_DEADLINE);
+        assert_eq!(past_deadline.at, refused.give_up_at);
     }
 }

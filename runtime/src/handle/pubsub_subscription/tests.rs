@@ -44,6 +44,9 @@ struct QueueBroker {
     /// How long a drain waits before it delivers (a Redis one waits for
     /// the publishes under way to end).
     drain_delay: Duration,
+    /// Drains asked of its subscriptions (not stops): a Redis broker closes
+    /// its publishes on one.
+    drains: Arc<AtomicUsize>,
 }
 
 impl QueueBroker {
@@ -109,6 +112,11 @@ impl QueueBroker {
     fn subscribes(&self) -> usize {
         self.subscribes.load(Ordering::SeqCst)
     }
+
+    /// Drains asked of its subscriptions so far (stops not counted).
+    fn drains(&self) -> usize {
+        self.drains.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -139,6 +147,7 @@ impl PubSub for QueueBroker {
         let (subscription, feed) = PubSubSubscription::channel(16);
         let (pace, ignores_drain) = (self.pace, self.ignores_drain);
         let (one_at_a_time, drain_delay) = (self.one_at_a_time, self.drain_delay);
+        let drains = self.drains.clone();
         tokio::spawn(async move {
             let mut draining = false;
             // A message whose send was given up for a drain: sent first
@@ -149,6 +158,7 @@ impl PubSub for QueueBroker {
                     biased;
                     () = feed.stopped() => return,
                     () = feed.draining(), if !draining && !ignores_drain => {
+                        drains.fetch_add(1, Ordering::SeqCst);
                         draining = true;
                         messages.close();
                         tokio::select! {
@@ -1170,5 +1180,68 @@ mod refusing_broker {
             matches!(ended, Ok(None)),
             "the subscription did not end once the old broker drained"
         );
+    }
+}
+
+/// A retry of a refusal coming due while a reload warms another broker:
+/// the warmed subscription is never asked to drain (a Redis one would close
+/// the publishes of the broker about to serve).
+mod retry_while_warming {
+    use super::super::WARMED_HOLD;
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_due_while_a_reload_warms_leaves_the_warmed_broker_undrained() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        // Refused at once: tried again 100 ms later, and on.
+        let refusing = QueueBroker::refusing(usize::MAX);
+        publish(&live, 2, &refusing);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The fixed broker's warm subscribe outlasts the retry's wait.
+        let fixed = QueueBroker::slow(Duration::from_millis(300));
+        let reloading = tokio::spawn({
+            let (live, fixed) = (live.clone(), fixed.clone());
+            async move { reload(&live, 3, &fixed).await }
+        });
+        tokio::time::timeout(Duration::from_secs(30), reloading)
+            .await
+            .expect("the reload did not end")
+            .expect("the reload panicked");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(fixed.drains(), 0, "the warmed broker was asked to drain");
+        assert_eq!(
+            fixed.subscribes(),
+            1,
+            "the warmed subscription was not the one made current"
+        );
+        fixed.send("after");
+        assert_eq!(next(&mut sub).await.as_deref(), Some("after"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_warmed_broker_never_published_is_stopped_not_drained_and_the_retry_goes_on() {
+        let live = Live::new();
+        publish(&live, 1, &Arc::new(QueueBroker::default()));
+        let mut sub = subscribe(&live).await;
+        let refusing = QueueBroker::refusing(1);
+        publish(&live, 2, &refusing);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // A reload warms another broker, then ends without its publish
+        // (rolled back); the broker does not end its subscriptions.
+        let abandoned = Arc::new(QueueBroker::default());
+        live.warm(|| instances(&abandoned)).await;
+        assert_eq!(abandoned.subscriptions(), 1, "the broker was not warmed");
+        tokio::time::sleep(WARMED_HOLD + Duration::from_secs(1)).await;
+        assert_eq!(abandoned.drains(), 0, "an unpublished broker was drained");
+        assert_eq!(
+            abandoned.subscriptions(),
+            0,
+            "an unpublished broker is held"
+        );
+        subscribed(&refusing).await;
+        refusing.send("after");
+        assert_eq!(next(&mut sub).await.as_deref(), Some("after"));
     }
 }
