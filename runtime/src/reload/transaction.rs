@@ -22,7 +22,7 @@ use crate::component::{Component, ComponentKey, InPlace, PendingInPlace, StagedI
 use crate::config::{ComponentSpec, ConfigDiff, SpecChange, ValidConfig};
 use crate::metadata::Metadata;
 use crate::registry::{in_place_of, ComponentDescriptor, InPlaceHook, Registry};
-use crate::running::{staged_sharing, Components, Marks, MarksLeft, Running};
+use crate::running::{staged_sharing, Components, Mark, Marks, MarksLeft, Running};
 
 /// What happened to one component in the transaction.
 pub(crate) enum Step {
@@ -348,6 +348,8 @@ impl Plan<'_> {
             let keep = kept.contains(&key);
             let level_cx = level_cx.clone();
             let unreverting = progress.unreverted.clone();
+            // Its entry records what an update tried, maybe half made.
+            let half_made = self.marks.get(&key).is_some_and(Mark::is_unreverted);
             let span = trace::component_span(&key, &spec.type_name);
             let traced = span.clone();
             let started = std::time::Instant::now();
@@ -369,7 +371,7 @@ impl Plan<'_> {
                         format!("unknown type `{}`", spec.type_name),
                     ));
                 };
-                let run = (&descriptor, now, &unreverting);
+                let run = (&descriptor, now, &unreverting, half_made);
                 decide_and_run(spec, change, previous, run, &level_cx).await
             };
             tasks.spawn(
@@ -525,12 +527,15 @@ pub(super) async fn unless_cut<T>(
 /// Keeps, updates in place, or rebuilds one impacted component of
 /// `descriptor`'s type; `now`: an update left to the commit is made at
 /// once instead; an update whose revert fails before the rebuild is noted
-/// in `unreverting`.
+/// in `unreverting`; `half_made`: the running entry records metadata an
+/// update tried but could not undo (see [`Mark::is_unreverted`]), so the
+/// same metadata resolved again is applied again, never taken as in
+/// force.
 async fn decide_and_run(
     spec: Arc<ComponentSpec>,
     change: SpecChange,
     previous: Option<Running>,
-    (descriptor, now, unreverting): (&ComponentDescriptor, bool, &Unreverting),
+    (descriptor, now, unreverting, half_made): (&ComponentDescriptor, bool, &Unreverting, bool),
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
     // Cut short by shutdown, as `init` and readiness are.
@@ -549,7 +554,7 @@ async fn decide_and_run(
         });
     };
     if !change.needs_rebuild() {
-        if resolved == previous.assembled.resolved {
+        if !half_made && resolved == previous.assembled.resolved {
             // The same fields, maybe filled otherwise (an inline value moved
             // to a secretRef): the new metadata holds the values in force
             // and knows which came from a secret; the old one goes with the

@@ -50,6 +50,14 @@ impl Mark {
         }
     }
 
+    /// Whether the running entry records metadata an update tried but
+    /// could not undo ([`Self::unreverted`]): the instance may run a mix of
+    /// it and what it ran before, so a reload that resolves the very same
+    /// metadata must apply it again, not keep the instance as it runs.
+    pub(crate) fn is_unreverted(self) -> bool {
+        self.cause == MarkCause::Unreverted
+    }
+
     /// How many retries failed in a row.
     #[cfg(test)]
     pub(crate) fn failed_retries(self) -> u32 {

@@ -18,14 +18,20 @@ use crate::handle::Generation;
 use crate::reload::transaction::{Failed, Plan};
 
 /// Takes every update in place at once (`stage_in_place` applies it),
-/// after panicking half way when its metadata says `panicStage`; cannot
-/// go back: `update_in_place` (how a reload re-applies the previous
-/// metadata) fails, or panics when the metadata says `panicBack`. Its
-/// `init` fails when its metadata says `failInit`.
+/// after panicking half way when its metadata says `panicStage` (or once
+/// [`Self::explode`] is set); cannot go back: `update_in_place` (how a
+/// reload re-applies the previous metadata) fails, or panics when the
+/// metadata says `panicBack`, or takes its rev only and fails when it
+/// says `revBack` (half going back). Told `atCommit`, it leaves its
+/// updates to the commit: `update_in_place` then takes the metadata
+/// (panicking half way when it says `panicStage`). Its `init` fails when
+/// its metadata says `failInit`.
 struct OneWay {
     rev: AtomicU64,
     password: StdMutex<Option<String>>,
     fail_init: bool,
+    /// Set: every staging from then on panics half way.
+    explode: std::sync::atomic::AtomicBool,
 }
 
 impl OneWay {
@@ -54,15 +60,30 @@ impl Component for OneWay {
 #[async_trait]
 impl InPlaceUpdate for OneWay {
     async fn update_in_place(&self, metadata: &Metadata) -> Result<InPlace, ComponentError> {
+        if metadata.contains_key("atCommit") {
+            self.take(metadata);
+            if metadata.contains_key("panicStage") {
+                panic!("update exploded half way");
+            }
+            return Ok(InPlace::Applied);
+        }
         if metadata.contains_key("panicBack") {
             panic!("going back exploded");
+        }
+        if metadata.contains_key("revBack") {
+            let rev = metadata.get("rev").and_then(Value::as_u64);
+            self.rev.store(rev.unwrap_or_default(), Ordering::SeqCst);
         }
         Err(ComponentError::new("cannot go back"))
     }
 
     async fn stage_in_place(&self, metadata: &Metadata) -> Result<StagedInPlace, ComponentError> {
+        if metadata.contains_key("atCommit") {
+            return Ok(StagedInPlace::AtCommit);
+        }
         self.take(metadata);
-        if metadata.contains_key("panicStage") {
+        let explode = self.explode.load(Ordering::SeqCst);
+        if explode || metadata.contains_key("panicStage") {
             panic!("update exploded half way");
         }
         Ok(StagedInPlace::Applied)
@@ -91,6 +112,7 @@ fn one_way_registry() -> Registry {
                 rev: AtomicU64::new(0),
                 password: StdMutex::new(None),
                 fail_init: m.contains_key("failInit"),
+                explode: std::sync::atomic::AtomicBool::new(false),
             };
             one_way.take(m);
             Ok(Box::new(one_way))
@@ -141,11 +163,22 @@ fn h() -> crate::ComponentKey {
     crate::ComponentKey::new("custom", "h")
 }
 
+/// The instance `custom/h` serves.
+fn served(reloader: &Reloader) -> Arc<OneWay> {
+    let handle = crate::ComponentHandle::new(h(), reloader.running().live().clone());
+    handle.load_as::<OneWay>().unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The rev `custom/h` serves.
 fn served_rev(reloader: &Reloader) -> u64 {
-    let handle = crate::ComponentHandle::new(h(), reloader.running().live().clone());
-    let one_way = handle.load_as::<OneWay>().unwrap_or_else(|e| panic!("{e}"));
-    one_way.rev.load(Ordering::SeqCst)
+    served(reloader).rev.load(Ordering::SeqCst)
+}
+
+/// The password `custom/h` serves.
+fn served_password(reloader: &Reloader) -> Option<String> {
+    let one_way = served(reloader);
+    let password = one_way.password.lock().unwrap_or_else(|p| p.into_inner());
+    password.clone()
 }
 
 /// The rev the running set records for `custom/h`.
@@ -328,4 +361,36 @@ async fn a_reload_that_could_not_undo_an_update_leaves_it_recorded_held_and_appl
     let error = rolled_back(&reloader, updated(serde_json::json!({}), true)).await;
     assert!(error.contains(UNREVERTED_LINE), "{error}");
     recorded_held_and_applied_again(&reloader, &redactor).await;
+}
+
+/// A rollback whose revert put the old rev back but not the old password
+/// (the instance runs a mix) recorded the tried metadata; the very same
+/// update pushed again is applied again, not taken as in force already.
+#[tokio::test]
+async fn an_update_half_reverted_by_a_rollback_is_applied_again_when_pushed_again() {
+    let redactor = Redactor::default();
+    let original = original_with(serde_json::json!({"revBack": true}));
+    let reloader = reloader_of(original, one_way_registry(), &redactor).await;
+    let error = rolled_back(&reloader, updated(serde_json::json!({}), true)).await;
+    assert!(error.contains(UNREVERTED_LINE), "{error}");
+    // Half gone back: the old rev, the new password.
+    assert_eq!(served_rev(&reloader), 1);
+    assert_eq!(served_password(&reloader).as_deref(), Some(NEW_PASSWORD));
+    assert_eq!(recorded_rev(&reloader), Some(2));
+
+    let request = ReloadRequest::new(updated(serde_json::json!({}), false), Trigger::Api);
+    let record = reloader.reload(request).await;
+    let record = record.unwrap_or_else(|e| panic!("{e}"));
+    let action = record.actions.get("custom/h");
+    assert_eq!(
+        action,
+        Some(&Action::UpdatedInPlace),
+        "{:?}",
+        record.actions
+    );
+    assert_eq!(served_rev(&reloader), 2, "the update is not in force");
+    assert_eq!(served_password(&reloader).as_deref(), Some(NEW_PASSWORD));
+    let marked = reloader.running().snapshot().not_as_declared;
+    assert!(marked.keys().is_empty(), "{marked:?}");
+    reloader.shutdown(None).await;
 }
