@@ -95,7 +95,10 @@ impl KeyLayout {
     }
 
     /// The paths of the keys of `query`; with no keys, just checks its
-    /// group and label.
+    /// group and label. An empty key names no item (as in Dapr, a key the
+    /// store does not find: `?key=&key=a` reads `a`), so it has no path:
+    /// a query of only empty keys has none, and reads nothing — not every
+    /// item, as a query without keys does.
     pub(crate) fn paths(&self, query: &ConfigQuery) -> Result<Vec<String>, KeyError> {
         let group = query.group.as_deref();
         let label = query.label.as_deref();
@@ -104,6 +107,7 @@ impl KeyLayout {
         query
             .keys
             .iter()
+            .filter(|key| !key.is_empty())
             .map(|key| self.path(group, key, label))
             .collect()
     }
@@ -208,6 +212,16 @@ mod tests {
             layout.path(None, "c", Some("x/y")),
             Err(KeyError::BadLabel(_))
         ));
+    }
+
+    #[test]
+    fn an_empty_key_of_a_query_has_no_path() {
+        let layout = KeyLayout::new("/app/");
+        let query = |keys: &[&str]| ConfigQuery::keys(keys.iter().copied());
+        assert_eq!(layout.paths(&query(&["", "a"])), Ok(vec!["/app/a".into()]));
+        assert_eq!(layout.paths(&query(&[""])), Ok(Vec::new()));
+        // Still an error where it names an item to write.
+        assert_eq!(layout.path(None, "", None), Err(KeyError::EmptyKey));
     }
 
     #[test]

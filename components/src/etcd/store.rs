@@ -141,6 +141,10 @@ impl Running {
 
     async fn get_keys(&self, query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
         let paths = self.layout.paths(query).map_err(invalid)?;
+        if paths.is_empty() {
+            // Only empty keys, which name no item.
+            return Ok(Vec::new());
+        }
         let ranges = paths.iter().map(|path| get_range(path)).collect();
         let read = async {
             let responses = self.read(ranges).await?;

@@ -318,6 +318,54 @@ async fn keys_that_cannot_read_back_are_rejected() {
     store.close().await.expect("close");
 }
 
+/// An empty key names no item (as in Dapr: a key the store does not
+/// find): `?key=&key=a` reads `a`, `?key=` reads nothing (not every
+/// item), a subscription to it hears nothing, a delete of it deletes
+/// nothing.
+#[tokio::test]
+async fn an_empty_key_matches_nothing() {
+    let server = EtcdServer::start().await;
+    let store = store(&server, "/empty/").await;
+    store
+        .set(vec![item(None, "a", None, "1")])
+        .await
+        .expect("set");
+    let items = get(&*store, query(None, &["", "a"], None)).await;
+    assert_eq!(names(&items), vec![name(None, "a", None, "1")]);
+    assert!(get(&*store, query(None, &[""], None)).await.is_empty());
+    assert!(get(&*store, query(Some("g"), &[""], Some("l")))
+        .await
+        .is_empty());
+    store
+        .delete(&query(None, &[""], None))
+        .await
+        .expect("delete of an empty key");
+    let mut empty = store
+        .subscribe(query(None, &[""], None))
+        .await
+        .expect("subscribe to an empty key");
+    let mut fence = store
+        .subscribe(query(None, &["fence"], None))
+        .await
+        .expect("subscribe");
+    store
+        .set(vec![
+            item(None, "b", None, "2"),
+            item(None, "fence", None, "f"),
+        ])
+        .await
+        .expect("set");
+    timeout(HANG_GUARD, fence.changes.recv())
+        .await
+        .expect("no change published")
+        .expect("subscription open");
+    // Published to every subscriber together: `empty` heard nothing.
+    let heard = empty.changes.try_recv();
+    assert!(heard.is_err(), "an empty key heard {heard:?}");
+    assert_eq!(server.value("/empty/a").await.as_deref(), Some("1"));
+    store.close().await.expect("close");
+}
+
 /// Init against an endpoint that refuses connections fails on the refusal
 /// (not cut by a time limit); against one that takes connections and
 /// never answers, it is cut by `dialTimeout`, which it names. Both
