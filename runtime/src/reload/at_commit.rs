@@ -9,9 +9,11 @@ use std::time::Instant;
 
 use tracing::Instrument;
 
-use super::in_place;
+use super::in_place::{self, Unreverted, Unreverting};
 use super::trace;
-use super::transaction::{settle, unless_cut, Plan, Progress, Step, Update, CUT_BY_SHUTDOWN};
+use super::transaction::{
+    settled, unless_cut, Plan, Progress, Settled, Step, Update, CUT_BY_SHUTDOWN,
+};
 use crate::assemble::{assemble_resolved, AssemblyContext, ComponentFailure, FailedStep};
 use crate::assembly_tasks::ComponentTasks;
 use crate::component::ComponentKey;
@@ -184,10 +186,12 @@ impl Plan<'_> {
             let started = Instant::now();
             spans.insert(key.clone(), (span.clone(), started));
             let (traced, level_cx) = (span.clone(), level_cx.clone());
+            let unreverting = progress.unreverted.clone();
             // In a task of its own, as in a level: a panicking rebuild
             // fails this component, not the reload.
             let task = async move {
-                let result = update_or_rebuild(update, descriptor, replaced, &level_cx).await;
+                let building = (descriptor, replaced, &unreverting);
+                let result = update_or_rebuild(update, building, &level_cx).await;
                 match &result {
                     Ok(step) => trace::record_action(&traced, step.action(), started),
                     Err(failure) => trace::record_failed(&traced, &failure.to_string(), started),
@@ -227,11 +231,16 @@ impl Plan<'_> {
 
 /// Puts `running`'s new metadata in force on its instance (`previous` and
 /// `hook` undo it), or, when it will not take it, builds a fresh instance
-/// instead, to replace `replaced`.
+/// instead, to replace `replaced`; an update whose revert fails before the
+/// rebuild is noted in `unreverting` (kept, should the reload roll back,
+/// with part of the new metadata maybe).
 async fn update_or_rebuild(
     (running, previous, hook): (Running, Metadata, Option<InPlaceHook>),
-    descriptor: Option<ComponentDescriptor>,
-    replaced: Option<Box<Running>>,
+    (descriptor, replaced, unreverting): (
+        Option<ComponentDescriptor>,
+        Option<Box<Running>>,
+        &Unreverting,
+    ),
     cx: &AssemblyContext,
 ) -> Result<Step, ComponentFailure> {
     let key = running.spec.key.clone();
@@ -246,13 +255,21 @@ async fn update_or_rebuild(
         within,
     );
     let answer = unless_cut(updating, cx).await;
-    if settle(&key, component, hook, &previous, answer, cx).await {
-        return Ok(Step::InPlace {
-            running,
-            update: Update::InForce,
-            previous,
-            hook,
-        });
+    match settled(&key, component, hook, &previous, answer, cx).await {
+        Settled::Applied => {
+            return Ok(Step::InPlace {
+                running,
+                update: Update::InForce,
+                previous,
+                hook,
+            })
+        }
+        Settled::Rebuild { reverted: true } => {}
+        Settled::Rebuild { reverted: false } => unreverting.push(Unreverted {
+            key: key.clone(),
+            instance: running.assembled.instance.clone(),
+            tried: running.assembled.resolved.clone(),
+        }),
     }
     if cx.stop.is_cancelled() {
         // Not rebuilt: the reload rolls back.

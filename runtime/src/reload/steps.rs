@@ -296,6 +296,7 @@ impl Reloader {
             || prepared.actions.values().any(|a| *a != Action::Unchanged);
         let old_order = prepared.old_order;
         let notes = prepared.notes;
+        let unreverted = prepared.unreverted;
         let serving = prepared.components.key_set();
         let components = Arc::new(prepared.components);
         let committed = self.running.commit(Commit {
@@ -319,6 +320,11 @@ impl Reloader {
             // Only once committed: a reload that rolls back did not go on.
             tracing::warn!(note = %note, "Retrying a component not as declared failed; it is kept as it runs and the reload goes on without it.");
         }
+        // A kept retry whose revert failed: what may run is recorded,
+        // held and marked as soon as the commit stands.
+        let mut notes = notes;
+        notes.extend(unreverted.iter().map(in_place::Unreverted::line));
+        self.keep_unreverted(unreverted);
         let unapplied = in_place::apply_deferred(prepared.deferred);
         let put_back = (!unapplied.is_empty()).then(|| PutBack {
             unapplied,

@@ -113,6 +113,11 @@ pub(crate) struct Prepared {
     /// Notes for the record (one line each) of what it left undone
     /// without failing: a marked component's retry that failed.
     pub(crate) notes: Vec<String>,
+    /// The in-place updates it could not undo on instances it keeps (a
+    /// marked component's retry kept as it runs): once committed, the
+    /// running set is to record and hold them (see
+    /// [`Reloader::keep_unreverted`](super::Reloader::keep_unreverted)).
+    pub(crate) unreverted: Vec<Unreverted>,
 }
 
 /// What undoes a prepared generation that is not committed after all (a
@@ -433,9 +438,19 @@ impl Plan<'_> {
             done,
             marks_left,
             notes,
-            // Replaced by their rebuild: the instance retires.
-            unreverted: _,
+            unreverted,
         } = progress;
+        // Those replaced by their rebuild retire with their instance; a
+        // kept one (a marked component's failed retry) runs on.
+        let mut unreverted: Vec<Unreverted> = unreverted
+            .take()
+            .into_iter()
+            .filter(|u| {
+                let running = next.get(&u.key);
+                running.is_some_and(|r| r.assembled.instance.same_as(&u.instance))
+            })
+            .collect();
+        unreverted.sort_by(|a, b| a.key.cmp(&b.key));
         let mut retired = Vec::new();
         let mut deferred = Vec::new();
         let mut undone = Vec::new();
@@ -503,6 +518,7 @@ impl Plan<'_> {
             },
             marks_left,
             notes: notes.iter().map(FailedRetry::committed).collect(),
+            unreverted,
         }
     }
 }
@@ -689,7 +705,7 @@ async fn stage(
 
 /// How an update made at once ended (see [`settled`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Settled {
+pub(super) enum Settled {
     /// The running instance has the new metadata.
     Applied,
     /// To be rebuilt instead; `reverted`: the instance runs its previous
@@ -698,24 +714,14 @@ enum Settled {
     Rebuild { reverted: bool },
 }
 
-/// Whether an update made at once (`answer`; `None`: cut short by
-/// shutdown) left the running `component` with the new metadata; `false`:
-/// it is to be rebuilt instead (or, cut short, the reload rolls back). A
-/// panic, a timeout or a cut first re-applies `previous`, since the update
-/// may have been half made on the instance that keeps serving.
-pub(super) async fn settle(
-    key: &ComponentKey,
-    component: Arc<dyn Component>,
-    hook: Option<InPlaceHook>,
-    previous: &Metadata,
-    answer: Option<Answer<InPlace>>,
-    cx: &AssemblyContext,
-) -> bool {
-    settled(key, component, hook, previous, answer, cx).await == Settled::Applied
-}
-
-/// As [`settle`], telling whether a re-apply of `previous` failed.
-async fn settled(
+/// How an update made at once (`answer`; `None`: cut short by shutdown)
+/// left the running `component`: with the new metadata, or to be rebuilt
+/// instead (or, cut short, the reload rolls back), telling whether its
+/// previous metadata runs. A panic, a timeout or a cut first re-applies
+/// `previous`, since the update may have been half made on the instance
+/// that keeps serving; should that fail, it may run with part of the new
+/// metadata, which the caller notes (see [`Unreverted`]).
+pub(super) async fn settled(
     key: &ComponentKey,
     component: Arc<dyn Component>,
     hook: Option<InPlaceHook>,

@@ -17,6 +17,9 @@ use crate::component::StagedInPlace;
 use crate::handle::Generation;
 use crate::reload::transaction::{Failed, Plan};
 
+// At commit, kept retries, put-backs.
+mod other_paths;
+
 /// Takes every update in place at once (`stage_in_place` applies it),
 /// after panicking half way when its metadata says `panicStage` (or once
 /// [`Self::explode`] is set); cannot go back: `update_in_place` (how a
