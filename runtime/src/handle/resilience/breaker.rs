@@ -5,6 +5,7 @@
 //! before the last state change are ignored.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -76,13 +77,17 @@ pub(crate) struct Admitted {
 
 /// An admitted call in flight: reports its end to the breaker. A call
 /// dropped before it ended (its client cancelled it, or its request's
-/// deadline passed) tells nothing of the component: it is counted neither
-/// way and hands its admission back, so clients that give up cannot open
-/// the breaker for everyone, and a half-open breaker never waits for a
-/// trial call that is gone (another is admitted in its place). Only the
-/// policy's own timeout and the component's errors are its failures. A
-/// call that may run long (an upload) can hand its trial place back early
-/// ([`InFlight::hand_back_trial_place`]) and still report how it ends.
+/// deadline passed) is judged by how long it was in flight: within its
+/// blame bound it tells nothing of the component (a client that gave up
+/// quickly) and is counted neither way, its admission handed back, so
+/// clients that give up cannot open the breaker for everyone and a
+/// half-open breaker never waits for a trial call that is gone (another
+/// is admitted in its place); in flight for the bound or longer, the
+/// component kept it waiting that long (a hung backend) and it is the
+/// component's failure, as a call cut by the policy's timeout would be.
+/// A call that may run long (an upload) can hand its trial place back
+/// early ([`InFlight::hand_back_trial_place`]) and still report how it
+/// ends.
 #[derive(Debug)]
 pub(crate) struct InFlight<'a> {
     breaker: &'a Breaker,
@@ -90,6 +95,11 @@ pub(crate) struct InFlight<'a> {
     /// Whether it still holds its place among the breaker's admitted
     /// calls (a half-open breaker's trial places).
     holds_place: bool,
+    /// When the breaker let it through.
+    admitted_at: Instant,
+    /// In flight this long, a call dropped unfinished is the component's
+    /// failure.
+    blame_after: Duration,
 }
 
 impl InFlight<'_> {
@@ -121,10 +131,19 @@ impl InFlight<'_> {
 }
 
 impl Drop for InFlight<'_> {
-    /// Dropped unfinished: as [`InFlight::release`] (no verdict, its trial
-    /// place handed back).
+    /// Dropped unfinished: the component's failure once in flight for its
+    /// blame bound (it kept the call waiting until its client gave up);
+    /// before that, as [`InFlight::release`] (no verdict, its trial place
+    /// handed back).
     fn drop(&mut self) {
-        self.hand_back_trial_place();
+        let Some(admitted) = self.admitted else {
+            return;
+        };
+        if self.admitted_at.elapsed() >= self.blame_after {
+            self.breaker.record(admitted, false);
+        } else {
+            self.hand_back_trial_place();
+        }
         self.admitted = None;
     }
 }
@@ -175,12 +194,15 @@ impl Breaker {
     }
 
     /// Lets a call through as [`Breaker::admit`], reporting its end when
-    /// finished or dropped.
-    pub(crate) fn enter(&self) -> Option<InFlight<'_>> {
+    /// finished or dropped: dropped unfinished after `blame_after` in
+    /// flight, it is the component's failure; sooner, neither way.
+    pub(crate) fn enter(&self, blame_after: Duration) -> Option<InFlight<'_>> {
         self.admit().map(|admitted| InFlight {
             breaker: self,
             admitted: Some(admitted),
             holds_place: true,
+            admitted_at: Instant::now(),
+            blame_after,
         })
     }
 
@@ -266,9 +288,10 @@ impl Counts {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
+
+    /// The blame bound the tests' calls are entered with.
+    const BLAME_AFTER: Duration = Duration::from_secs(5);
 
     fn policy(trip_after: u32, max_requests: u32, interval: u64) -> BreakerPolicy {
         BreakerPolicy {
@@ -327,9 +350,45 @@ mod tests {
     async fn a_call_dropped_unfinished_counts_neither_way() {
         let breaker = Breaker::new(policy(1, 1, 0));
         for _ in 0..3 {
-            drop(breaker.enter().unwrap_or_else(|| panic!("closed")));
+            drop(
+                breaker
+                    .enter(BLAME_AFTER)
+                    .unwrap_or_else(|| panic!("closed")),
+            );
         }
         assert_eq!(breaker.snapshot(), (BreakerState::Closed, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_dropped_after_its_blame_bound_is_a_failure() {
+        let breaker = Breaker::new(policy(2, 1, 0));
+        let quick = breaker
+            .enter(BLAME_AFTER)
+            .unwrap_or_else(|| panic!("closed"));
+        tokio::time::advance(BLAME_AFTER - Duration::from_millis(1)).await;
+        drop(quick);
+        assert_eq!(breaker.snapshot(), (BreakerState::Closed, 0, 0), "within");
+        for _ in 0..2 {
+            let hung = breaker
+                .enter(BLAME_AFTER)
+                .unwrap_or_else(|| panic!("closed"));
+            tokio::time::advance(BLAME_AFTER).await;
+            drop(hung);
+        }
+        assert_eq!(breaker.snapshot(), (BreakerState::Open, 0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trial_call_dropped_after_its_blame_bound_opens_it_again() {
+        let breaker = Breaker::new(policy(1, 1, 0));
+        fail(&breaker);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let trial = breaker
+            .enter(BLAME_AFTER)
+            .unwrap_or_else(|| panic!("half-open"));
+        tokio::time::advance(BLAME_AFTER).await;
+        drop(trial);
+        assert_eq!(breaker.snapshot(), (BreakerState::Open, 0, 2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -337,12 +396,17 @@ mod tests {
         let breaker = Breaker::new(policy(1, 1, 0));
         fail(&breaker);
         tokio::time::advance(Duration::from_secs(30)).await;
-        let trial = breaker.enter().unwrap_or_else(|| panic!("half-open"));
-        assert!(breaker.enter().is_none(), "one trial call at a time");
+        let trial = breaker
+            .enter(BLAME_AFTER)
+            .unwrap_or_else(|| panic!("half-open"));
+        assert!(
+            breaker.enter(BLAME_AFTER).is_none(),
+            "one trial call at a time"
+        );
         drop(trial);
         assert_eq!(state(&breaker), BreakerState::HalfOpen, "no verdict");
         breaker
-            .enter()
+            .enter(BLAME_AFTER)
             .unwrap_or_else(|| panic!("the place was given back, not kept forever"))
             .finish(true);
         assert_eq!(state(&breaker), BreakerState::Closed);
@@ -353,15 +417,23 @@ mod tests {
         let breaker = Breaker::new(policy(1, 1, 0));
         fail(&breaker);
         tokio::time::advance(Duration::from_secs(30)).await;
-        let mut long = breaker.enter().unwrap_or_else(|| panic!("half-open"));
-        assert!(breaker.enter().is_none(), "one trial call at a time");
+        let mut long = breaker
+            .enter(BLAME_AFTER)
+            .unwrap_or_else(|| panic!("half-open"));
+        assert!(
+            breaker.enter(BLAME_AFTER).is_none(),
+            "one trial call at a time"
+        );
         long.hand_back_trial_place();
         long.hand_back_trial_place();
         let next = breaker
-            .enter()
+            .enter(BLAME_AFTER)
             .unwrap_or_else(|| panic!("its place was handed back"));
         long.release();
-        assert!(breaker.enter().is_none(), "`next` holds the only place");
+        assert!(
+            breaker.enter(BLAME_AFTER).is_none(),
+            "`next` holds the only place"
+        );
         next.finish(true);
         assert_eq!(state(&breaker), BreakerState::Closed);
     }
@@ -371,7 +443,9 @@ mod tests {
         let breaker = Breaker::new(policy(1, 1, 0));
         fail(&breaker);
         tokio::time::advance(Duration::from_secs(30)).await;
-        let mut long = breaker.enter().unwrap_or_else(|| panic!("half-open"));
+        let mut long = breaker
+            .enter(BLAME_AFTER)
+            .unwrap_or_else(|| panic!("half-open"));
         long.hand_back_trial_place();
         long.finish(false);
         assert_eq!(state(&breaker), BreakerState::Open);

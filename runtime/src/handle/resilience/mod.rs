@@ -286,9 +286,13 @@ impl Applied {
     /// Runs `attempt` under the policies: each attempt within the timeout,
     /// admitted by the breaker (and reported to it), failures retried with
     /// backoff when `retries` allows. Dropped before it ends (its client
-    /// gave up), the attempt in flight counts neither way and hands back
-    /// its admission: only the timeout policy and the component's own
-    /// errors are failures.
+    /// gave up, its request's deadline passed), the attempt in flight is
+    /// the component's failure once the component has kept it waiting for
+    /// the blame bound ([`Applied::blame_after`] with
+    /// [`DROPPED_CALL_GRACE`]: a hung backend opens its breaker even
+    /// without a timeout policy); dropped sooner, it counts neither way and
+    /// hands back its admission (a client that gives up quickly opens no
+    /// breaker for everyone).
     pub async fn run<T, E, F, Fut>(&self, retries: Retries, mut attempt: F) -> Result<T, Guarded<E>>
     where
         E: Failure,
@@ -331,7 +335,8 @@ impl Applied {
 
     /// Runs `call` once under the breaker alone, for a caller that bounds
     /// the call by [`Applied::timeout`] itself (a delivery to the app,
-    /// whose sink must end its own wait to clean up after it).
+    /// whose sink must end its own wait to clean up after it). Dropped
+    /// before it ends, it is judged as [`Applied::run`]'s attempts are.
     pub async fn run_admitted<T, E: Failure>(
         &self,
         call: impl Future<Output = Result<T, E>>,
@@ -364,13 +369,15 @@ impl Applied {
         let Some((policy, breaker)) = &self.breaker else {
             return call.await.map_err(Guarded::Failed);
         };
-        let Some(in_flight) = breaker.enter() else {
+        // Judged when dropped by `Abandonable` (by how long the component
+        // held it up, not how long it ran): never by its time in flight.
+        let Some(in_flight) = breaker.enter(Duration::MAX) else {
             return Err(Guarded::Refused(Refusal::BreakerOpen {
                 component: self.key.clone(),
                 policy: policy.clone(),
             }));
         };
-        let bound = self.timeout().unwrap_or(grace);
+        let bound = self.blame_after(grace);
         let mut abandonable = Abandonable {
             in_flight: Some(in_flight),
             held_up,
@@ -405,6 +412,17 @@ impl Applied {
         outcome.map_err(Guarded::Failed)
     }
 
+    /// How long the component must have kept a call waiting for the call,
+    /// dropped unfinished by its client, to count as the component's
+    /// failure: the timeout policy's duration (a call held that long would
+    /// have been cut by it), or without one `grace`. One rule for every
+    /// call: [`Applied::run`]'s attempts and [`Applied::run_admitted`]'s
+    /// calls use [`DROPPED_CALL_GRACE`]; an upload
+    /// ([`Applied::run_admitted_unless_dropped`]) its caller's grace.
+    pub fn blame_after(&self, grace: Duration) -> Duration {
+        self.timeout().unwrap_or(grace)
+    }
+
     /// One attempt (`call` is made only once admitted): admitted by the
     /// breaker, within `timeout` if any, its end reported to the breaker.
     /// An error comes with whether it is a failure of the component (so
@@ -415,7 +433,7 @@ impl Applied {
         call: impl FnOnce() -> Fut,
     ) -> Result<T, (Guarded<E>, bool)> {
         let in_flight = match &self.breaker {
-            Some((policy, breaker)) => match breaker.enter() {
+            Some((policy, breaker)) => match breaker.enter(self.blame_after(DROPPED_CALL_GRACE)) {
                 Some(in_flight) => Some(in_flight),
                 None => {
                     let refusal = Refusal::BreakerOpen {
@@ -458,6 +476,16 @@ impl Applied {
         }
     }
 }
+
+/// Without a timeout policy, how long a component must have kept a call
+/// (not an upload) waiting for the call, dropped by its client, to count
+/// as the component's failure ([`Applied::blame_after`]). Shorter than the
+/// API's `request_timeout` (30 s by default) and the usual client
+/// deadlines, so a hung backend whose calls are all cut by them opens its
+/// breaker; longer than a healthy component's answer, so a client giving
+/// up quickly (a 1 ms deadline, a reset stream) tells nothing of the
+/// component. A timeout policy sets the bound instead.
+pub const DROPPED_CALL_GRACE: Duration = Duration::from_secs(5);
 
 /// How often a call its client may abandon, past its bound and held up by
 /// the component, is looked at again to hand its trial place back once it

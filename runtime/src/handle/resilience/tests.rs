@@ -304,8 +304,9 @@ async fn a_call_its_client_abandons_counts_neither_way_and_hands_back_its_trial_
         .await;
     }
     assert_eq!(state(&policies), Some((BreakerState::Closed, 0)));
-    // Abandoned under `run_admitted`, a call counts neither way too.
-    abandoned(Duration::from_secs(5), async {
+    // Abandoned under `run_admitted` within its 1 s timeout, a call counts
+    // neither way too.
+    abandoned(Duration::from_millis(500), async {
         let _ = applied(&policies).run_admitted(never()).await;
     })
     .await;
@@ -575,28 +576,42 @@ async fn a_trial_upload_to_a_busy_store_hands_its_place_back_past_the_timeout() 
     );
 }
 
+/// A healthy component's call: it answers after 10 ms.
+async fn answering_later() -> Result<(), StateError> {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
+
 /// A call its client gives up on (a 1 ms gRPC deadline, a reset stream)
-/// before the policy's timeout: dropped unfinished.
+/// before the component, which would answer later, does: dropped
+/// unfinished.
 async fn given_up_by_its_client(applied: &Applied) {
-    let call = applied.run(
-        Retries::Never,
-        std::future::pending::<Result<(), StateError>>,
-    );
+    let call = applied.run(Retries::Never, answering_later);
     let given_up = tokio::time::timeout(Duration::from_millis(1), call).await;
-    assert!(given_up.is_err(), "the call never ends");
+    assert!(given_up.is_err(), "the call was answered before 10 ms");
 }
 
 #[tokio::test(start_paused = true)]
 async fn calls_their_clients_give_up_on_do_not_open_the_breaker() {
-    let policies = tripping_at_once();
-    let applied = applied(&policies);
+    let status = |applied: &Applied| {
+        applied
+            .breaker_status()
+            .map(|s| (s.state, s.consecutive_failures, s.trips))
+    };
+    // Without a timeout policy...
+    let policies = breaker_alone("consecutiveFailures >= 1");
+    let applied = self::applied(&policies);
     for _ in 0..6 {
         given_up_by_its_client(applied).await;
     }
-    let status = applied
-        .breaker_status()
-        .map(|s| (s.state, s.consecutive_failures, s.trips));
-    assert_eq!(status, Some((BreakerState::Closed, 0, 0)));
+    assert_eq!(status(applied), Some((BreakerState::Closed, 0, 0)));
+    // ...and with one.
+    let policies = tripping_at_once();
+    let applied = self::applied(&policies);
+    for _ in 0..6 {
+        given_up_by_its_client(applied).await;
+    }
+    assert_eq!(status(applied), Some((BreakerState::Closed, 0, 0)));
     // The policy's own timeout still counts: it opens at once.
     let timed_out = applied
         .run(
@@ -635,6 +650,127 @@ async fn a_trial_call_its_client_gives_up_on_gives_its_place_back() {
     assert_eq!(
         applied.breaker_status().map(|s| s.state),
         Some(BreakerState::Closed)
+    );
+}
+
+/// Policies for `orders`: a breaker that opens when `trip` holds, one
+/// trial call while half-open, and no timeout policy.
+fn breaker_alone(trip: &str) -> Policies {
+    let section = json!({
+        "policies": {
+            "circuitBreakers": {"cb": {"trip": trip, "timeout": "30s", "maxRequests": 1}}
+        },
+        "targets": {"components": {"orders": {"outbound": {"circuitBreaker": "cb"}}}}
+    });
+    policies(section, &Policies::default())
+}
+
+/// The API's `request_timeout` by default: the sidecar drops a call its
+/// component has not answered by then.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A call to a hung component (a store that blackholes its connection),
+/// dropped by its request's deadline after `deadline`.
+async fn dropped_hung(applied: &Applied, deadline: Duration) {
+    abandoned(deadline, async {
+        let _ = applied
+            .run(
+                Retries::Never,
+                std::future::pending::<Result<(), StateError>>,
+            )
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_component_without_a_timeout_policy_opens_its_breaker_as_its_calls_are_dropped() {
+    let policies = breaker_alone("consecutiveFailures > 5");
+    let applied = applied(&policies);
+    let status = || {
+        applied
+            .breaker_status()
+            .map(|s| (s.state, s.consecutive_failures))
+    };
+    // Clients giving up quickly tell nothing of it.
+    for _ in 0..6 {
+        dropped_hung(applied, Duration::from_millis(1)).await;
+    }
+    assert_eq!(status(), Some((BreakerState::Closed, 0)));
+    dropped_hung(applied, DROPPED_CALL_GRACE - Duration::from_millis(1)).await;
+    assert_eq!(
+        status(),
+        Some((BreakerState::Closed, 0)),
+        "within the bound"
+    );
+    // Held past the bound until the request's deadline: each a failure.
+    for failures in 1..=5 {
+        dropped_hung(applied, REQUEST_TIMEOUT).await;
+        assert_eq!(status(), Some((BreakerState::Closed, failures)));
+    }
+    dropped_hung(applied, REQUEST_TIMEOUT).await;
+    assert_eq!(status().map(|s| s.0), Some(BreakerState::Open));
+    // Refused at once instead of waiting the whole deadline.
+    let started = Instant::now();
+    let refused = applied
+        .run(
+            Retries::Never,
+            std::future::pending::<Result<(), StateError>>,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(Guarded::Refused(Refusal::BreakerOpen { .. }))),
+        "{refused:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    // Exactly at the bound counts as well.
+    let policies = breaker_alone("consecutiveFailures >= 1");
+    let applied = self::applied(&policies);
+    dropped_hung(applied, DROPPED_CALL_GRACE).await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Open)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_half_open_trial_on_a_hung_component_reopens_once_dropped_past_the_bound() {
+    let policies = breaker_alone("consecutiveFailures >= 1");
+    let applied = applied(&policies);
+    half_open(applied).await;
+    // A trial its client gives up on quickly hands its place back...
+    dropped_hung(applied, Duration::from_millis(1)).await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::HalfOpen)
+    );
+    // ...one held by the hung component until its deadline reopens it.
+    dropped_hung(applied, REQUEST_TIMEOUT).await;
+    let status = applied.breaker_status().map(|s| (s.state, s.trips));
+    assert_eq!(status, Some((BreakerState::Open, 2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_under_its_callers_own_timeout_dropped_past_it_is_a_failure() {
+    let policies = tripping_at_once();
+    let applied = applied(&policies);
+    let never = || std::future::pending::<Result<u32, StateError>>();
+    abandoned(Duration::from_millis(999), async {
+        let _ = applied.run_admitted(never()).await;
+    })
+    .await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Closed),
+        "within the 1 s timeout"
+    );
+    abandoned(Duration::from_secs(1), async {
+        let _ = applied.run_admitted(never()).await;
+    })
+    .await;
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Open)
     );
 }
 
