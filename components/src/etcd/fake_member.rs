@@ -32,6 +32,8 @@ pub(crate) struct WatchPlan {
     pub(crate) answer_revision: i64,
     /// Sent after the first answer to a progress request.
     pub(crate) after_progress: Vec<Vec<u8>>,
+    /// Whether the stream ends once `responses` are sent.
+    pub(crate) ends: bool,
 }
 
 /// Answers a `Range` at a revision (0: the current one) with the header
@@ -50,6 +52,8 @@ pub(crate) struct FakeMember {
     pub(crate) ranges: Mutex<Vec<i64>>,
     /// Progress requests received.
     pub(crate) progress_requests: AtomicUsize,
+    /// Watches created with `fragment` asked for.
+    pub(crate) fragmented_watches: AtomicUsize,
 }
 
 impl FakeMember {
@@ -61,6 +65,7 @@ impl FakeMember {
             watches: Mutex::default(),
             ranges: Mutex::default(),
             progress_requests: AtomicUsize::new(0),
+            fragmented_watches: AtomicUsize::new(0),
         })
     }
 
@@ -101,6 +106,9 @@ impl FakeMember {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(i64::try_from(start).unwrap_or_default());
+        if field_varint(&create, 8) == Some(1) {
+            self.fragmented_watches.fetch_add(1, Ordering::AcqRel);
+        }
         let mut after_progress = plan.after_progress.clone();
         if let Some(gate) = &plan.gate {
             let opened = gate.notified();
@@ -117,7 +125,7 @@ impl FakeMember {
                 }
             }
         }
-        if !send(&responses, &plan.responses).await {
+        if !send(&responses, &plan.responses).await || plan.ends {
             return;
         }
         while let Some(request) = requests.next().await {
@@ -275,6 +283,14 @@ pub(crate) fn created(revision: i64) -> Vec<u8> {
 /// A `WatchResponse` at `revision` carrying a put of each of `puts`.
 pub(crate) fn events(revision: i64, puts: &[Kv]) -> Vec<u8> {
     watch_response(revision, 0, false, puts)
+}
+
+/// A `WatchResponse` at `revision` carrying a put of each of `puts`, one
+/// fragment of a response that more fragments complete (`fragment` set).
+pub(crate) fn fragment(revision: i64, puts: &[Kv]) -> Vec<u8> {
+    let mut out = watch_response(revision, 0, false, puts);
+    put_varint(&mut out, 7, 1);
+    out
 }
 
 fn watch_response(revision: i64, watch_id: i64, created: bool, puts: &[Kv]) -> Vec<u8> {

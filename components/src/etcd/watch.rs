@@ -12,7 +12,8 @@
 //! too.
 //!
 //! * **Dropped stream, connection error:** wait (exponential backoff from
-//!   `watchRetryMs`, at most 30 s, reset once a watch is created again),
+//!   `watchRetryMs`, at most 30 s, reset once a resumed watch delivered a
+//!   response: a watch created and failing at once keeps backing off),
 //!   then watch again from `last_seen + 1` — nothing missed — once the
 //!   server's history is shown to be the one the watch followed: the
 //!   prefix read at revision `last_seen` must equal the cache (every key,
@@ -31,6 +32,15 @@
 //!   re-created, see above and below): re-read the whole prefix, publish
 //!   what differs from the cache (changed values, removed keys with an
 //!   empty value), and watch again from that read's revision + 1.
+//! * **A response over `maxResponseBytes`** (a catch-up on many revisions
+//!   of large values after a disconnect; etcd sends up to 1000 revisions
+//!   in one response): re-read the prefix, as for a compaction — sized by
+//!   the current values, not by every revision meanwhile — and watch from
+//!   that read's revision + 1; resuming from `last_seen + 1` would get
+//!   the same response for ever. The watch asks for `fragment`, so etcd
+//!   splits a large response; the fragments are joined (up to
+//!   `maxResponseBytes` in all, else the re-read) before they are applied
+//!   (see [`fragments`]).
 //! * **A member behind the last revision seen** (the `created` answer of
 //!   the resumed watch carries a lower revision): after a failover, the
 //!   next member may not have applied every write the old one had — a
@@ -83,6 +93,9 @@ use super::cache::{entry_of, item_at, read_prefix, Difference, Entry, SharedCach
 use super::fanout::Fanout;
 use super::keys::KeyLayout;
 use super::metadata::{EtcdSettings, MAX_WATCH_RETRY};
+use fragments::Fragments;
+
+mod fragments;
 
 /// How long the stream may stay silent before the member is asked for its
 /// progress: well under etcd's own progress notifications (every 10
@@ -250,6 +263,7 @@ impl Follower {
             range_end,
             start_revision: self.last_seen + 1,
             progress_notify: true,
+            fragment: true,
             ..WatchCreateRequest::default()
         };
         let mut stream = match self.client.watch(create).await {
@@ -259,6 +273,10 @@ impl Follower {
         let member = self.client.member();
         let mut heard = Instant::now();
         let mut asked: Option<Instant> = None;
+        let mut fragments = Fragments::new(self.settings.max_response_bytes);
+        // Whether a response was applied on this stream: the backoff is
+        // reset only then, not on `created` alone.
+        let mut delivered = false;
         loop {
             let due = match asked {
                 Some(at) => at + self.watchdog.answer_within,
@@ -285,7 +303,20 @@ impl Follower {
             let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
+                Err(err) if err.is_too_large() => {
+                    return Interrupt::Resync(self.describe(&err));
+                }
                 Err(err) => return Interrupt::Failed(self.describe(&err)),
+            };
+            let response = match fragments.join(response) {
+                Ok(Some(response)) => response,
+                Ok(None) => continue,
+                Err(over) => {
+                    return Interrupt::Resync(format!(
+                        "the fragments of a watch response hold {} bytes, more than the {} of `maxResponseBytes`",
+                        over.bytes, over.limit
+                    ))
+                }
             };
             if response.compact_revision > 0 {
                 return Interrupt::Resync(format!(
@@ -331,6 +362,10 @@ impl Follower {
                 continue;
             }
             self.apply(&response);
+            if !delivered {
+                delivered = true;
+                self.backoff.reset();
+            }
         }
     }
 
@@ -464,8 +499,9 @@ impl Follower {
         }
     }
 
+    /// Records a watch created again (the backoff is reset once it
+    /// delivers a response, see [`Self::follow`]).
     fn recovered(&mut self) {
-        self.backoff.reset();
         self.fanout.watch_recovered();
         if self.failing.take().is_some() {
             info!(component = %self.key, member = %self.client.member(), from_revision = self.last_seen + 1, "etcd watch resumed.");

@@ -1,20 +1,24 @@
 //! The watch task against fake members ([`fake_member`](super::super::fake_member)):
 //! a member behind the last revision seen after a failover, a member
-//! silent on the stream, and the answer to a progress request.
+//! silent on the stream, the answer to a progress request, a response
+//! over `maxResponseBytes` (whole or in fragments), and the backoff after
+//! a watch created and failing at once.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire_etcd::{Client, ConnectOptions};
+use rewire_etcd::{Client, ConnectOptions, DEFAULT_MAX_RESPONSE_SIZE};
 use rewire_runtime::{ComponentKey, ConfigQuery, ConfigSubscription};
 use tokio::sync::Notify;
 use tokio::time::timeout;
 use tokio_util::sync::CancellationToken;
 
 use super::super::cache::{Entry, KvCache, SharedCache, Snapshot};
-use super::super::fake_member::{created, events, FakeMember, Kv, RangeAnswer, WatchPlan};
+use super::super::fake_member::{
+    created, events, fragment, FakeMember, Kv, RangeAnswer, WatchPlan,
+};
 use super::super::fanout::Fanout;
 use super::super::keys::KeyLayout;
 use super::super::metadata::EtcdMetadata;
@@ -41,6 +45,14 @@ fn ranges(revision: i64, current: Kv) -> RangeAnswer {
 /// A follower of `/p/` on the members at `urls` that has seen
 /// [`AT_LAST_SEEN`]; its fanout, and a subscription to key `k`.
 async fn follower(urls: &[String]) -> (Follower, Arc<Fanout>, ConfigSubscription) {
+    follower_limited(urls, DEFAULT_MAX_RESPONSE_SIZE).await
+}
+
+/// [`follower`], taking answers of up to `max_response_bytes`.
+async fn follower_limited(
+    urls: &[String],
+    max_response_bytes: usize,
+) -> (Follower, Arc<Fanout>, ConfigSubscription) {
     let endpoints: Vec<&str> = urls
         .iter()
         .map(|url| url.trim_start_matches("http://"))
@@ -48,10 +60,12 @@ async fn follower(urls: &[String]) -> (Follower, Arc<Fanout>, ConfigSubscription
     let mut metadata = EtcdMetadata::new(endpoints.join(","));
     metadata.key_prefix = "/p/".into();
     metadata.watch_retry_ms = 20;
+    metadata.max_response_bytes = Some(max_response_bytes as u64);
     let settings = metadata.settings().expect("settings");
     let options = ConnectOptions {
         connect_timeout: Duration::from_secs(2),
         timeout: Duration::from_secs(2),
+        max_response_size: max_response_bytes,
         ..ConnectOptions::default()
     };
     let client = Client::connect(urls, options).await.expect("connect");
@@ -201,4 +215,113 @@ async fn an_answer_to_a_progress_request_does_not_skip_events_still_to_come() {
     assert!(member.progress_requests.load(Ordering::Acquire) >= 1);
     stop.cancel();
     task.await.expect("the watch task ends");
+}
+
+/// The limit on an answer in the tests of large responses.
+const SMALL_LIMIT: usize = 4096;
+
+/// A value of `size` bytes (leaked: the fake takes `'static` values).
+fn large_value(size: usize) -> &'static str {
+    "x".repeat(size).leak()
+}
+
+#[tokio::test]
+async fn a_watch_response_over_the_limit_makes_a_re_read_not_a_retry_for_ever() {
+    // The resumed watch catches up on 20 revisions in one response over
+    // the limit; a retry from the same revision would get it again. (The
+    // fake's responses come "trailers-only", for which tonic applies its
+    // own 4 MiB limit, not the client's: the response is over both.)
+    let too_large = || WatchPlan {
+        responses: vec![
+            created(LAST_SEEN),
+            events(30, &[("/p/k", large_value(5 << 20), 30)]),
+        ],
+        ..WatchPlan::default()
+    };
+    let plans = vec![
+        too_large(),
+        WatchPlan {
+            responses: vec![created(30)],
+            ..WatchPlan::default()
+        },
+    ];
+    let member = FakeMember::new(plans, ranges(30, ("/p/k", "v30", 30)));
+    let (follower, _fanout, mut subscription) =
+        follower_limited(&[member.serve()], SMALL_LIMIT).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(follower.run(stop.clone()));
+
+    assert_eq!(values_until(&mut subscription, "v30").await, ["v30"]);
+    // The re-read of the current values, no check of the old history.
+    assert_eq!(*member.ranges.lock().unwrap(), [0]);
+    assert!(member.fragmented_watches.load(Ordering::Acquire) >= 1);
+    stop.cancel();
+    task.await.expect("the watch task ends");
+}
+
+#[tokio::test]
+async fn fragments_over_the_limit_in_all_make_a_re_read() {
+    // Each fragment fits the limit; together they do not.
+    let part = || large_value(SMALL_LIMIT * 3 / 4);
+    let plan = WatchPlan {
+        responses: vec![
+            created(LAST_SEEN),
+            fragment(30, &[("/p/k", part(), 11)]),
+            fragment(30, &[("/p/k", part(), 12)]),
+            events(30, &[("/p/k", part(), 13)]),
+        ],
+        ..WatchPlan::default()
+    };
+    let member = FakeMember::new(vec![plan], ranges(30, ("/p/k", "v30", 30)));
+    let (follower, _fanout, mut subscription) =
+        follower_limited(&[member.serve()], SMALL_LIMIT).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(follower.run(stop.clone()));
+
+    // Nothing of the fragments is applied: the re-read gives the value.
+    assert_eq!(values_until(&mut subscription, "v30").await, ["v30"]);
+    assert_eq!(*member.ranges.lock().unwrap(), [0]);
+    stop.cancel();
+    task.await.expect("the watch task ends");
+}
+
+#[tokio::test]
+async fn the_backoff_is_reset_by_a_response_applied_not_by_a_watch_created() {
+    let created_then_ended = WatchPlan {
+        responses: vec![created(LAST_SEEN)],
+        ends: true,
+        ..WatchPlan::default()
+    };
+    let delivered_then_ended = WatchPlan {
+        responses: vec![created(LAST_SEEN), events(11, &[("/p/k", "v11", 11)])],
+        ends: true,
+        ..WatchPlan::default()
+    };
+    let member = FakeMember::new(
+        vec![created_then_ended, delivered_then_ended],
+        ranges(11, ("/p/k", "v11", 11)),
+    );
+    let (mut follower, _fanout, _subscription) = follower(&[member.serve()]).await;
+    let first_wait = follower.backoff.next_wait();
+
+    let interrupt = timeout(PATIENCE, follower.follow()).await.expect("follow");
+    assert!(
+        matches!(interrupt, super::Interrupt::Failed(_)),
+        "{interrupt:?}"
+    );
+    assert!(
+        follower.backoff.next_wait() > first_wait,
+        "a watch created and ended at once keeps backing off"
+    );
+
+    let interrupt = timeout(PATIENCE, follower.follow()).await.expect("follow");
+    assert!(
+        matches!(interrupt, super::Interrupt::Failed(_)),
+        "{interrupt:?}"
+    );
+    assert_eq!(
+        follower.backoff.next_wait(),
+        first_wait,
+        "reset by the response"
+    );
 }
