@@ -262,3 +262,90 @@ async fn no_ping_goes_out_while_no_call_is_open() {
     let idle = pings.load(Ordering::Acquire) - before;
     assert_eq!(idle, 0, "pings sent while no call was open");
 }
+
+/// A fake etcd whose `Watch` answers `created` and then nothing, the
+/// stream left open.
+#[derive(Clone)]
+struct OpenWatch;
+
+impl NamedService for OpenWatch {
+    const NAME: &'static str = "etcdserverpb.Watch";
+}
+
+impl Service<http::Request<tonic::body::Body>> for OpenWatch {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        use tokio_stream::StreamExt;
+        type Responses = std::pin::Pin<
+            Box<
+                dyn tokio_stream::Stream<Item = Result<crate::pb::WatchResponse, tonic::Status>>
+                    + Send,
+            >,
+        >;
+        struct Watch;
+        impl tonic::server::StreamingService<crate::pb::WatchRequest> for Watch {
+            type Response = crate::pb::WatchResponse;
+            type ResponseStream = Responses;
+            type Future = BoxFuture<tonic::Response<Self::ResponseStream>, tonic::Status>;
+            fn call(
+                &mut self,
+                _: tonic::Request<tonic::Streaming<crate::pb::WatchRequest>>,
+            ) -> Self::Future {
+                let created = crate::pb::WatchResponse {
+                    created: true,
+                    ..crate::pb::WatchResponse::default()
+                };
+                let responses = tokio_stream::once(Ok(created)).chain(tokio_stream::pending());
+                Box::pin(async move { Ok(tonic::Response::new(Box::pin(responses) as Responses)) })
+            }
+        }
+        Box::pin(async move {
+            Ok(tonic::server::Grpc::new(tonic_prost::ProstCodec::default())
+                .streaming(Watch, request)
+                .await)
+        })
+    }
+}
+
+/// The other side of [`no_ping_goes_out_while_no_call_is_open`]: with a
+/// watch open, the pings go out (else a member gone silent under a watch
+/// would not be found out by them).
+#[tokio::test]
+async fn pings_go_out_while_a_watch_is_open() {
+    let upstream = serve(OpenWatch);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let relay = listener.local_addr().expect("local address");
+    let pings = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(count_pings(listener, upstream, Arc::clone(&pings)));
+    let interval = Duration::from_millis(20);
+    let options = ConnectOptions {
+        keep_alive: Some((interval, Duration::from_secs(5))),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&[format!("http://{relay}")], quick(options))
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut watch = client
+        .watch(crate::pb::WatchCreateRequest::default())
+        .await
+        .unwrap_or_else(|e| panic!("watch: {e}"));
+    let created = watch.message().await;
+    assert!(
+        matches!(&created, Ok(Some(response)) if response.created),
+        "{created:?}"
+    );
+    // Idle for 25 intervals, the watch open: at least one ping.
+    tokio::time::sleep(interval * 25).await;
+    assert!(
+        pings.load(Ordering::Acquire) >= 1,
+        "no ping went out while a watch was open"
+    );
+    drop(watch);
+}
