@@ -34,7 +34,9 @@ pub struct ConnectOptions {
     /// the TLS handshake.
     pub connect_timeout: Duration,
     /// Limit on each call on one member, the logins it waits for or makes
-    /// included (for a watch: on opening the stream).
+    /// included (for a watch: on opening the stream); after a login that
+    /// succeeded the call keeps at least half of it, up to 1.5 × it on the
+    /// member in all (see [`Client`]).
     pub timeout: Duration,
     /// HTTP/2 ping interval and the wait for its answer, if any.
     pub keep_alive: Option<(Duration, Duration)>,
@@ -455,8 +457,11 @@ impl Members {
 /// call; later calls stay on the member that answered. Everything a call
 /// does on one member — waiting for another call's login, logging in,
 /// the call, and after a refused token the login and the call once more —
-/// shares one `timeout`, so a call takes at most `timeout` × the number
-/// of endpoints (and so does [`connect`](Self::connect)). A write that timed
+/// shares one `timeout`, except that after a login that succeeded the
+/// call keeps at least half of `timeout` from then on (a slow login must
+/// not fail a healthy member's call), up to 1.5 × `timeout` on the member
+/// in all; so a call takes at most 1.5 × `timeout` × the number of
+/// endpoints (and so does [`connect`](Self::connect)). A write that timed
 /// out may have been applied before it is made again on the next member:
 /// puts and deletes are idempotent, and a transaction guarded by a compare
 /// (as rewire's are) fails its compare rather than apply twice.
@@ -775,11 +780,14 @@ impl Client {
     {
         let call = &call;
         self.failover(move |index, service| async move {
-            let deadline = self.deadline();
+            let mut deadline = self.deadline();
+            let hard = deadline + self.timeout / 2;
             let seen = self.token.mark();
-            if self.user.is_some() && self.token.is_stale() {
+            let logged_in_first = self.user.is_some() && self.token.is_stale();
+            if logged_in_first {
                 self.login_once(index, seen, LoginCause::Stale, deadline)
                     .await?;
+                deadline = self.after_login(deadline, hard);
             }
             let seen = self.token.mark();
             match self
@@ -789,6 +797,7 @@ impl Client {
                 Err(err) if err.is_invalid_token() && self.user.is_some() => {
                     self.login_once(index, seen, LoginCause::Refused, deadline)
                         .await?;
+                    let deadline = self.after_login(deadline, hard);
                     // The member answered the call and the login: out of
                     // time now, the time went into logging in, as when
                     // the login runs out — no sign of a member gone.
@@ -796,10 +805,24 @@ impl Client {
                         .await
                         .map_err(|err| LoginCause::Refused.failure(err))
                 }
+                // The member just answered the login: the time went into
+                // it (a slow login on a degraded cluster), no sign of a
+                // member gone — failover must not skip it.
+                Err(err) if logged_in_first => Err(LoginCause::Refused.failure(err)),
                 other => other,
             }
         })
         .await
+    }
+
+    /// The deadline of what a call still does on a member after a login
+    /// that succeeded there, given the one it had (`deadline`): at least
+    /// half the limit from now — a slow login
+    /// (each about 0.6 × the limit on a degraded but healthy cluster)
+    /// leaves the call the time it needs — but never past `hard`, 1.5 ×
+    /// the limit after the call began on the member.
+    fn after_login(&self, deadline: Deadline, hard: Deadline) -> Deadline {
+        deadline.max(Deadline::now() + self.timeout / 2).min(hard)
     }
 
     /// The KV API on `service`, accepting answers up to the limit.

@@ -26,7 +26,8 @@ pub enum Error {
     /// The server refused the call's auth token, and no login (this
     /// call's, or the one of another call it waited for) finished within
     /// the limit — or one did, and left too little of it for the call
-    /// made again. The server answered: not [unreachable](Self::is_unreachable),
+    /// made again, or for the call after a login made first (the token
+    /// known stale). The server answered: not [unreachable](Self::is_unreachable),
     /// so the client stays on it. (A login made before the call, the token
     /// being known stale, that runs out is [`Timeout`](Self::Timeout): that
     /// member has not answered.)

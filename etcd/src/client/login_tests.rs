@@ -40,6 +40,8 @@ struct Fake {
     /// `Authenticate` requests received.
     logins: AtomicUsize,
     later: LaterLogins,
+    /// How long `Range` takes to answer when it accepts the token.
+    range_takes: Duration,
 }
 
 impl Fake {
@@ -94,7 +96,13 @@ impl UnaryService<RangeRequest> for RangeCall {
     type Future = BoxFuture<tonic::Response<RangeResponse>, tonic::Status>;
     fn call(&mut self, request: tonic::Request<RangeRequest>) -> Self::Future {
         let answer = self.0.range(&request).map(tonic::Response::new);
-        Box::pin(async move { answer })
+        let takes = self.0.range_takes;
+        Box::pin(async move {
+            if answer.is_ok() {
+                tokio::time::sleep(takes).await;
+            }
+            answer
+        })
     }
 }
 
@@ -171,6 +179,7 @@ async fn client_of_two_members(later: LaterLogins) -> (Client, Arc<Fake>) {
             accepts_none: false,
             logins: AtomicUsize::new(0),
             later,
+            range_takes: Duration::ZERO,
         })
     };
     let (fake, next) = (fake(false), fake(true));
@@ -316,6 +325,7 @@ async fn logging_in_twice_for_one_call_ends_within_the_limit_on_the_member() {
         accepts_none: true,
         logins: AtomicUsize::new(0),
         later: LaterLogins::Slow(SLOW),
+        range_takes: Duration::ZERO,
     });
     let options = ConnectOptions {
         connect_timeout: Duration::from_secs(2),
@@ -337,4 +347,79 @@ async fn logging_in_twice_for_one_call_ends_within_the_limit_on_the_member() {
         "{answered:?}"
     );
     assert_eq!(fake.logins.load(Ordering::Acquire), 3, "connect, then two");
+}
+
+/// A client of one fake member whose logins after the connect's take
+/// `login_takes` and whose reads take `range_takes`, the limit on a call
+/// being `limit`; and the fake.
+async fn client_of_a_slow_member(
+    limit: Duration,
+    login_takes: Duration,
+    range_takes: Duration,
+) -> (Client, Arc<Fake>) {
+    let fake = Arc::new(Fake {
+        valid: Mutex::new(None),
+        accepts_any: false,
+        accepts_none: false,
+        logins: AtomicUsize::new(0),
+        later: LaterLogins::Slow(login_takes),
+        range_takes,
+    });
+    let options = ConnectOptions {
+        connect_timeout: Duration::from_secs(2),
+        timeout: limit,
+        user: Some(("root".into(), "secret".into())),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&[serve(&fake)], options)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    (client, fake)
+}
+
+/// On a degraded but healthy cluster a login takes 0.7 × the limit and a
+/// read 0.4 ×: the read made after the login keeps half the limit (more
+/// than the 0.3 × left), so it succeeds rather than time out and count
+/// the member unreachable.
+const DEGRADED: (Duration, Duration, Duration) = (
+    Duration::from_secs(2),
+    Duration::from_millis(1400),
+    Duration::from_millis(800),
+);
+
+#[tokio::test]
+async fn a_slow_login_before_the_call_leaves_the_call_time_to_answer() {
+    let (limit, login_takes, range_takes) = DEGRADED;
+    let (client, fake) = client_of_a_slow_member(limit, login_takes, range_takes).await;
+    // A watch found the token refused: the next call logs in first.
+    client.token().mark_stale();
+    let answered = client.get("k").await.map(drop);
+    assert!(answered.is_ok(), "{answered:?}");
+    assert_eq!(fake.logins.load(Ordering::Acquire), 2, "connect, then one");
+}
+
+#[tokio::test]
+async fn a_slow_login_after_a_refused_token_leaves_the_call_made_again_time_to_answer() {
+    let (limit, login_takes, range_takes) = DEGRADED;
+    let (client, fake) = client_of_a_slow_member(limit, login_takes, range_takes).await;
+    // The member forgets its tokens (a restart): the read is refused,
+    // logs in, and is made again.
+    *fake.valid.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let answered = client.get("k").await.map(drop);
+    assert!(answered.is_ok(), "{answered:?}");
+    assert_eq!(fake.logins.load(Ordering::Acquire), 2, "connect, then one");
+}
+
+#[tokio::test]
+async fn a_call_out_of_time_after_a_login_made_first_does_not_count_the_member_unreachable() {
+    // The read takes longer than the whole limit: it runs out even with
+    // its own slice, but the member answered the login just before.
+    let limit = Duration::from_millis(600);
+    let (client, _fake) = client_of_a_slow_member(limit, limit / 2, limit * 4).await;
+    client.token().mark_stale();
+    let answered = client.get("k").await.map(drop);
+    assert!(
+        matches!(&answered, Err(err @ Error::LoginTimeout(_)) if !err.is_unreachable()),
+        "{answered:?}"
+    );
 }
