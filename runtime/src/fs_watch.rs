@@ -7,13 +7,21 @@
 //!
 //! A file written in place is read once its writer closes it, not at the
 //! first pause: where the OS reports closes (inotify), a watched file
-//! modified and not yet closed holds the re-read back, [`MAX_WRITER_WAIT`]
-//! at most (the periodic re-read waits meanwhile: one thing at a time). A
-//! manifest caught between two writes (`{ gen_a; gen_b; } > x.yaml`,
-//! `kustomize build > x.yaml`) still parses as YAML, and applied it would
-//! remove components and lose their data. Renames (editors' rename-writes,
+//! modified and not yet closed holds the re-read back until its close, its
+//! removal or renaming, or a rescan (the OS queue overflowed); the
+//! periodic re-read is skipped meanwhile. A manifest caught between two
+//! writes (`{ gen_a; gen_b; } > x.yaml`, `kustomize build > x.yaml` that
+//! spends seconds fetching its bases) still parses as YAML, and applied it
+//! would remove components and lose their data. A writer still open after
+//! [`MAX_WRITER_WAIT`] gets a warning and its file is still not read: the
+//! read after its close picks it up. Renames (editors' rename-writes,
 //! ConfigMap `..data` swaps) are atomic and read after the usual
 //! [`DEBOUNCE`].
+//!
+//! The watches of one set of sources (the configuration file and the
+//! manifests folder) share their [`Writers`]: a read of the set, whoever
+//! asks for it, waits until none of their files is being written, and is
+//! discarded if one was modified while it read.
 //!
 //! A watched file that is a symlink into another directory has that
 //! directory watched too (its target re-resolved at each re-watch, and
@@ -31,7 +39,7 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,9 +61,10 @@ pub type OnChange = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + S
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A steady stream of events still gets a re-read this often.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
-/// How long a re-read waits for the writer of a watched file it modified
-/// to close it (see the module's doc) before reading anyway.
-const MAX_WRITER_WAIT: Duration = Duration::from_secs(5);
+/// How long after its first modification a watched file's writer may keep
+/// it open before a read stops waiting for it: the read is then skipped,
+/// with a warning (see the module's doc), never applied half-written.
+pub(crate) const MAX_WRITER_WAIT: Duration = Duration::from_secs(120);
 /// Whether the OS watcher reports a writer closing a file (inotify does):
 /// elsewhere nothing is held back waiting for a close that never comes.
 const REPORTS_CLOSES: bool = cfg!(any(target_os = "linux", target_os = "android"));
@@ -91,7 +100,21 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
     ) -> Self {
-        Self::start_target(Target::File(path), on_change, resync, token)
+        let writers = Arc::default();
+        Self::start_target(Target::File(path), on_change, resync, token, writers)
+    }
+
+    /// Like [`start`](Self::start), noting the writers of the file in
+    /// `writers`, shared with the other watches of the same sources and
+    /// with their reads (see the module's doc).
+    pub(crate) fn start_sharing(
+        path: PathBuf,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+        writers: Arc<Writers>,
+    ) -> Self {
+        Self::start_target(Target::File(path), on_change, resync, token, writers)
     }
 
     /// Like [`start`](Self::start), for the `*.yaml` / `*.yml` files of the
@@ -102,7 +125,20 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
     ) -> Self {
-        Self::start_target(Target::Folder(dir), on_change, resync, token)
+        let writers = Arc::default();
+        Self::start_target(Target::Folder(dir), on_change, resync, token, writers)
+    }
+
+    /// Like [`start_folder`](Self::start_folder), sharing `writers` as
+    /// [`start_sharing`](Self::start_sharing) does.
+    pub(crate) fn start_folder_sharing(
+        dir: PathBuf,
+        on_change: OnChange,
+        resync: Option<Duration>,
+        token: CancellationToken,
+        writers: Arc<Writers>,
+    ) -> Self {
+        Self::start_target(Target::Folder(dir), on_change, resync, token, writers)
     }
 
     fn start_target(
@@ -110,9 +146,10 @@ impl FileWatch {
         on_change: OnChange,
         resync: Option<Duration>,
         token: CancellationToken,
+        writers: Arc<Writers>,
     ) -> Self {
         let probe = Probe::new(Arc::new(identity), PROBE_DEADLINE);
-        Self::start_probed(target, on_change, resync, token, probe)
+        Self::start_probed(target, on_change, resync, token, probe, writers)
     }
 
     fn start_probed(
@@ -121,9 +158,15 @@ impl FileWatch {
         resync: Option<Duration>,
         token: CancellationToken,
         probe: Probe,
+        writers: Arc<Writers>,
     ) -> Self {
-        let task =
-            tokio::spawn(run(target, on_change, probe, resync, token.clone()).in_current_span());
+        let signal = Signal {
+            poke: Arc::default(),
+            stale: Arc::default(),
+            writers,
+        };
+        let running = run(target, on_change, probe, signal, resync, token.clone());
+        let task = tokio::spawn(running.in_current_span());
         Self {
             token,
             task: Some(task),
@@ -166,7 +209,7 @@ impl Target {
 /// the watch stale when a watched directory itself was removed or renamed
 /// (replaced), the file's link may point elsewhere, or the watcher failed,
 /// and notes the watched files being written.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Signal {
     poke: Arc<Notify>,
     stale: Arc<AtomicBool>,
@@ -189,43 +232,156 @@ struct Snapshot {
     resolved: Option<PathBuf>,
 }
 
-/// The watched files being written in place, each with when it was last
-/// modified: one modified and not closed yet by its writer holds re-reads
-/// back (for [`MAX_WRITER_WAIT`] at most: a close may be missed).
+/// The watched files being written in place (modified, not closed yet by
+/// their writer), each with when it was first modified, and a count of the
+/// modifications seen: one open holds reads back (see the module's doc).
+/// Shared by the watches of one set of sources and by their reads.
 #[derive(Debug, Default)]
-struct Writers(std::sync::Mutex<HashMap<PathBuf, std::time::Instant>>);
+pub(crate) struct Writers {
+    open: std::sync::Mutex<HashMap<PathBuf, OpenWriter>>,
+    modifications: AtomicU64,
+    /// Told when a writer closes (or its entry is dropped otherwise).
+    closed: Notify,
+}
+
+/// A watched file being written.
+#[derive(Debug, Clone, Copy)]
+struct OpenWriter {
+    /// When it was first modified since its last close.
+    since: std::time::Instant,
+    /// Whether it was reported as open for too long.
+    reported: bool,
+}
+
+/// Whether the watched files are being written.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Writing {
+    /// None is.
+    Idle,
+    /// One is, for less than [`MAX_WRITER_WAIT`].
+    Open,
+    /// One is, for longer: the files newly found so (empty when all were
+    /// already reported).
+    Overdue(Vec<PathBuf>),
+}
 
 impl Writers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, OpenWriter>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Notes what `event` says of the writers of `watched`'s files.
     fn note(&self, event: &Event, watched: &Watched) {
         if !REPORTS_CLOSES {
             return;
         }
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.lock();
+        if event.need_rescan() {
+            // Events were lost, closes among them: nothing is known open.
+            open.clear();
+            self.modifications.fetch_add(1, Ordering::SeqCst);
+            self.closed.notify_waiters();
+            return;
+        }
         for path in event.paths.iter().filter(|path| watched.is_file(path)) {
             match event.kind {
                 EventKind::Modify(ModifyKind::Data(_)) => {
-                    open.insert(path.clone(), std::time::Instant::now());
+                    open.entry(path.clone()).or_insert(OpenWriter {
+                        since: std::time::Instant::now(),
+                        reported: false,
+                    });
+                    self.modifications.fetch_add(1, Ordering::SeqCst);
                 }
                 // Closed, or gone from under the watched name.
                 EventKind::Access(AccessKind::Close(AccessMode::Write))
                 | EventKind::Remove(_)
                 | EventKind::Modify(ModifyKind::Name(_)) => {
                     open.remove(path);
+                    self.closed.notify_waiters();
                 }
                 _ => {}
             }
         }
     }
 
-    /// Whether a watched file is being written: modified within
-    /// [`MAX_WRITER_WAIT`] and not closed since.
-    fn any_open(&self) -> bool {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let now = std::time::Instant::now();
-        open.retain(|_, modified| now.duration_since(*modified) < MAX_WRITER_WAIT);
-        !open.is_empty()
+    /// Forgets the writers of `watched`'s files: its OS watch is replaced,
+    /// and closes made meanwhile were not seen.
+    fn forget(&self, watched: &Watched) {
+        let mut open = self.lock();
+        let before = open.len();
+        open.retain(|path, _| !watched.owns(path));
+        if open.len() != before {
+            self.closed.notify_waiters();
+        }
     }
+
+    /// The modifications of watched files seen so far: a read that sees
+    /// this count move while it reads read a file being written.
+    pub(crate) fn modifications(&self) -> u64 {
+        self.modifications.load(Ordering::SeqCst)
+    }
+
+    /// Whether a watched file is being written, and for how long.
+    pub(crate) fn writing(&self) -> Writing {
+        let mut open = self.lock();
+        if open.is_empty() {
+            return Writing::Idle;
+        }
+        let mut overdue = false;
+        let mut newly = Vec::new();
+        for (path, writer) in open.iter_mut() {
+            if writer.since.elapsed() >= MAX_WRITER_WAIT {
+                overdue = true;
+                if !writer.reported {
+                    writer.reported = true;
+                    newly.push(path.clone());
+                }
+            }
+        }
+        if overdue {
+            Writing::Overdue(newly)
+        } else {
+            Writing::Open
+        }
+    }
+
+    /// Waits until no watched file is being written, answering the count
+    /// of [`modifications`](Self::modifications) then; or, once one has
+    /// been written for [`MAX_WRITER_WAIT`], answers at once with those
+    /// newly found so (see [`Writing::Overdue`]).
+    pub(crate) async fn until_closed(&self) -> Result<u64, Vec<PathBuf>> {
+        loop {
+            let closed = self.closed.notified();
+            tokio::pin!(closed);
+            closed.as_mut().enable();
+            let until = match self.writing() {
+                Writing::Idle => return Ok(self.modifications()),
+                Writing::Overdue(newly) => return Err(newly),
+                Writing::Open => self.first_overdue(),
+            };
+            // Woken by a close, or when the oldest writer turns overdue.
+            let _ = tokio::time::timeout_at(until, closed).await;
+        }
+    }
+
+    /// When the oldest open writer turns overdue.
+    fn first_overdue(&self) -> Instant {
+        let open = self.lock();
+        let oldest = open.values().map(|writer| writer.since).min();
+        let left = oldest.map_or(Duration::ZERO, |since| {
+            MAX_WRITER_WAIT.saturating_sub(since.elapsed())
+        });
+        Instant::now() + left
+    }
+}
+
+/// Logs the files found written for longer than [`MAX_WRITER_WAIT`] (once
+/// each) and that a read is skipped because of them.
+pub(crate) fn still_being_written(newly: &[PathBuf]) {
+    for path in newly {
+        warn!(path = %path.display(), waited = ?MAX_WRITER_WAIT, "File still being written (its writer has not closed it); not applied until it is closed.");
+    }
+    debug!("A read of a watched file skipped: still being written; not applied.");
 }
 
 /// The device and inode of a directory (`None` where unknown); blocks.
@@ -310,13 +466,14 @@ async fn run(
     target: Target,
     on_change: OnChange,
     probe: Probe,
+    signal: Signal,
     resync: Option<Duration>,
     token: CancellationToken,
 ) {
     let shown = target.shown().to_string();
     tokio::select! {
         () = token.cancelled() => {}
-        () = follow(target, on_change, probe, resync, token.clone()) => {}
+        () = follow(target, on_change, probe, signal, resync, token.clone()) => {}
     }
     debug!(path = %shown, "File watcher stopped.");
 }
@@ -325,10 +482,10 @@ async fn follow(
     target: Target,
     on_change: OnChange,
     probe: Probe,
+    signal: Signal,
     resync: Option<Duration>,
     token: CancellationToken,
 ) {
-    let signal = Signal::default();
     let mut watching = probe.watch(&target, &signal, true).await;
     on_change().await;
     let mut ticks = resync.map(|period| {
@@ -342,14 +499,18 @@ async fn follow(
         tokio::select! {
             _ = token.cancelled() => break,
             _ = signal.poke.notified() => {
-                if !settle(&signal, &token).await {
+                let settled = settle(&signal, &token).await;
+                if settled == Settled::Cancelled {
                     break;
                 }
                 if signal.stale.swap(false, Ordering::SeqCst) {
                     debug!(path = %target.shown(), "Watched directory replaced or watcher failed; watching again.");
                     watching = probe.watch(&target, &signal, false).await;
                 }
-                on_change().await;
+                match settled {
+                    Settled::StillWriting(newly) => still_being_written(&newly),
+                    _ => on_change().await,
+                }
             }
             _ = tick(&mut ticks) => {
                 let replaced = match &watching {
@@ -367,7 +528,12 @@ async fn follow(
                 if replaced {
                     watching = probe.watch(&target, &signal, false).await;
                 }
-                on_change().await;
+                // A file being written is read once closed, not now.
+                match signal.writers.writing() {
+                    Writing::Idle => on_change().await,
+                    Writing::Open => debug!(path = %target.shown(), "Periodic re-read skipped: a watched file is being written."),
+                    Writing::Overdue(newly) => still_being_written(&newly),
+                }
             }
             // A lost watch is tried again soon, not only at the next
             // periodic re-read.
@@ -396,26 +562,35 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
     }
 }
 
+/// How a burst of events settled.
+#[derive(Debug, PartialEq, Eq)]
+enum Settled {
+    /// Quiet, and no watched file is being written: read.
+    Ready,
+    /// A watched file has been written for [`MAX_WRITER_WAIT`]: not read
+    /// (the files newly found so, see [`Writing::Overdue`]).
+    StillWriting(Vec<PathBuf>),
+    /// The watch was stopped.
+    Cancelled,
+}
+
 /// Waits until events stop for [`DEBOUNCE`] (at most [`MAX_DEBOUNCE`])
-/// and no watched file is being written (at most [`MAX_WRITER_WAIT`]);
-/// `false` if cancelled meanwhile.
-async fn settle(signal: &Signal, token: &CancellationToken) -> bool {
-    let started = Instant::now();
-    let (busy, writing) = (started + MAX_DEBOUNCE, started + MAX_WRITER_WAIT);
+/// and no watched file is being written (see [`Writers::writing`]).
+async fn settle(signal: &Signal, token: &CancellationToken) -> Settled {
+    let busy = Instant::now() + MAX_DEBOUNCE;
     loop {
         tokio::select! {
-            _ = token.cancelled() => return false,
-            _ = tokio::time::sleep(DEBOUNCE) => {
-                if !signal.writers.any_open() || Instant::now() >= writing {
-                    return true;
-                }
-            }
-            _ = signal.poke.notified() => {
-                let limit = if signal.writers.any_open() { writing } else { busy };
-                if Instant::now() >= limit {
-                    return true;
-                }
-            }
+            _ = token.cancelled() => return Settled::Cancelled,
+            _ = tokio::time::sleep(DEBOUNCE) => match signal.writers.writing() {
+                Writing::Idle => return Settled::Ready,
+                Writing::Open => {}
+                Writing::Overdue(newly) => return Settled::StillWriting(newly),
+            },
+            _ = signal.poke.notified() => match signal.writers.writing() {
+                Writing::Idle if Instant::now() >= busy => return Settled::Ready,
+                Writing::Idle | Writing::Open => {}
+                Writing::Overdue(newly) => return Settled::StillWriting(newly),
+            },
         }
     }
 }
@@ -495,6 +670,8 @@ fn watch_directory(
         },
         resolved: seen.resolved.clone(),
     };
+    // The watch replaced (if any) saw closes this one cannot know of.
+    signal.writers.forget(&watched);
     let signal = signal.clone();
     let resolved_dir = watched.resolved_directory();
     let handler = move |event: notify::Result<Event>| match event {
@@ -564,6 +741,12 @@ impl Watched {
                 shown.ends_with(".yaml") || shown.ends_with(".yml")
             }
         })
+    }
+
+    /// Whether `path` is a watched file in one of the watched directories.
+    fn owns(&self, path: &Path) -> bool {
+        let dir = directory_of(path);
+        self.is_file(path) && (dir == self.dir || Some(dir) == self.resolved_directory())
     }
 
     /// Whether `event` says a watched directory itself was removed or
@@ -721,6 +904,7 @@ mod tests {
             Some(MIN_RESYNC),
             CancellationToken::new(),
             Probe::new(stat, Duration::from_millis(50)),
+            Arc::default(),
         );
         while rereads.load(SeqCst) < 5 {
             let waited = started.elapsed();
@@ -758,6 +942,7 @@ mod tests {
             Some(MIN_RESYNC),
             CancellationToken::new(),
             Probe::new(stat, Duration::from_secs(5)),
+            Arc::default(),
         );
         while reads.load(SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -774,15 +959,73 @@ mod tests {
         let modified = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
         let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
         writers.note(&event(modified, "/d/notes.txt"), &folder);
-        assert!(!writers.any_open(), "not a watched file");
+        assert_eq!(writers.writing(), Writing::Idle, "not a watched file");
+        assert_eq!(writers.modifications(), 0);
         writers.note(&event(modified, "/d/all.yaml"), &folder);
-        assert!(writers.any_open());
+        assert_eq!(writers.writing(), Writing::Open);
+        assert_eq!(writers.modifications(), 1);
         writers.note(&event(closed, "/d/all.yaml"), &folder);
-        assert!(!writers.any_open());
+        assert_eq!(writers.writing(), Writing::Idle);
         writers.note(&event(modified, "/d/all.yaml"), &folder);
         let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::From));
         writers.note(&event(renamed, "/d/all.yaml"), &folder);
-        assert!(!writers.any_open(), "renamed away");
+        assert_eq!(writers.writing(), Writing::Idle, "renamed away");
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_writer_stays_open_past_the_old_5_s_until_its_close_a_rescan_or_a_re_watch() {
+        let writers = Writers::default();
+        let folder = watched(None);
+        let modified = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
+        // Opened 6 s ago (`kustomize build > all.yaml` fetching its bases).
+        let six_s_ago = std::time::Instant::now()
+            .checked_sub(Duration::from_secs(6))
+            .unwrap_or_else(std::time::Instant::now);
+        for writer in writers.lock().values_mut() {
+            writer.since = six_s_ago;
+        }
+        assert_eq!(writers.writing(), Writing::Open, "still open after 6 s");
+        // A rescan (the OS queue overflowed): closes may have been lost.
+        writers.note(
+            &Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan),
+            &folder,
+        );
+        assert_eq!(writers.writing(), Writing::Idle);
+        assert_eq!(writers.modifications(), 2, "a rescan counts as a change");
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
+        writers.forget(&watched(Some("other.json")));
+        assert_eq!(writers.writing(), Writing::Open, "another watch's re-watch");
+        writers.forget(&folder);
+        assert_eq!(writers.writing(), Writing::Idle, "its own watch replaced");
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_writer_open_past_the_long_limit_is_reported_once_and_still_not_read() {
+        let writers = Writers::default();
+        let folder = watched(None);
+        let modified = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
+        let long_ago = std::time::Instant::now()
+            .checked_sub(MAX_WRITER_WAIT)
+            .unwrap_or_else(std::time::Instant::now);
+        for writer in writers.lock().values_mut() {
+            writer.since = long_ago;
+        }
+        assert_eq!(
+            writers.writing(),
+            Writing::Overdue(vec![PathBuf::from("/d/all.yaml")])
+        );
+        assert_eq!(
+            writers.writing(),
+            Writing::Overdue(Vec::new()),
+            "reported once"
+        );
+        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
+        writers.note(&event(closed, "/d/all.yaml"), &folder);
+        assert_eq!(writers.writing(), Writing::Idle);
     }
 
     /// Waits (10 s at most) until `calls` reaches `count`.

@@ -472,7 +472,11 @@ impl Runtime {
         based_on_generation: Option<u64>,
     ) -> Result<ReloadRecord, ReloadError> {
         let _turn = self.inner.control_turn.lock().await;
-        self.inner.source_reads.read_now().await;
+        // Bounded: a slow read (a file still being written) goes on in the
+        // background rather than hold the control plane's turn.
+        if let Err(err) = self.inner.source_reads.read_now().await {
+            tracing::warn!(error = %err, "A control-plane change goes ahead of the configuration sources' newest content.");
+        }
         if !self
             .inner
             .queue

@@ -12,16 +12,22 @@
 //! the watch carries on. While that read stays blocked, the watch starts no
 //! other (one stuck thread at most, not one per event or re-read): each is
 //! recorded as still in progress, and the first after it returns reads.
+//!
+//! No read (an event, a periodic re-read, a new generation, a control-plane
+//! change) reads the file while it is being written in place, and one that
+//! sees it written meanwhile is discarded (see [`crate::fs_watch`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::file_seen::{digest, follow_generations, Seen, SharedSeen};
+use super::file_seen::{
+    digest, follow_generations, lock_once_written, written_since, Seen, SharedSeen,
+};
 use super::TriggerContext;
 use crate::config::{folder_of, parse, read_config_bytes, Problems};
 use crate::fs_read::{Abandoned, DetachedReader, CONFIG_READ_DEADLINE};
-use crate::fs_watch::{FileWatch, OnChange};
+use crate::fs_watch::{FileWatch, OnChange, Writers};
 use crate::reload::{ReloadRequest, Trigger};
 
 /// Watches the configuration file at `path`: when its content changes,
@@ -36,17 +42,21 @@ pub(crate) fn watch_config_file(cx: &TriggerContext, path: PathBuf, resync: Dura
     let shared = Arc::clone(&seen);
     // The watch's reads: one stuck in the kernel at most.
     let reader = Arc::new(DetachedReader::default());
+    // The file's writers, seen by the watch, waited for by every read.
+    let writers = Arc::new(Writers::default());
+    let being_written = Arc::clone(&writers);
     let on_change: OnChange = Arc::new(move || {
         let cx = trigger.clone();
         let path = watched.clone();
         let seen = Arc::clone(&shared);
         let reader = Arc::clone(&reader);
-        Box::pin(async move { config_file_changed(&cx, &path, &seen, &reader).await })
+        let writers = Arc::clone(&being_written);
+        Box::pin(async move { config_file_changed(&cx, &path, &seen, &reader, &writers).await })
     });
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
     cx.source_reads
         .register(stop.clone(), Arc::clone(&on_change));
-    FileWatch::start(path, on_change, Some(resync), stop)
+    FileWatch::start_sharing(path, on_change, Some(resync), stop, writers)
 }
 
 async fn config_file_changed(
@@ -54,29 +64,52 @@ async fn config_file_changed(
     path: &Path,
     seen: &SharedSeen,
     reader: &DetachedReader,
+    writers: &Writers,
 ) {
     let owned = path.to_path_buf();
     let read = move || read_config_bytes(&owned);
-    changed(cx, path, seen, reader, CONFIG_READ_DEADLINE, read).await;
+    let watch = FileReads {
+        seen,
+        reader,
+        writers,
+    };
+    changed(cx, path, watch, CONFIG_READ_DEADLINE, read).await;
+}
+
+/// What the reads of the file share.
+#[derive(Clone, Copy)]
+struct FileReads<'a> {
+    seen: &'a SharedSeen,
+    reader: &'a DetachedReader,
+    writers: &'a Writers,
 }
 
 /// Reads the file with `read` through `reader` (given up after
-/// `deadline`; not started while an earlier read is stuck), then sends
-/// what changed.
+/// `deadline`; not started while an earlier read is stuck; not while the
+/// file is being written, and discarded if it was written meanwhile),
+/// then sends what changed.
 async fn changed<R>(
     cx: &TriggerContext,
     path: &Path,
-    seen: &SharedSeen,
-    reader: &DetachedReader,
+    watch: FileReads<'_>,
     deadline: Duration,
     read: R,
 ) where
     R: FnOnce() -> Result<Vec<u8>, Problems> + Send + 'static,
 {
+    let FileReads {
+        seen,
+        reader,
+        writers,
+    } = watch;
     // Held to the end: one read, parse and send at a time.
-    let mut seen = seen.lock().await;
+    let Some((mut seen, count)) = lock_once_written(seen, writers).await else {
+        return;
+    };
     let generation = cx.plan.borrow().generation;
     let bytes = match reader.read_within(deadline, read).await {
+        // Maybe half-written: read again once its writer closes it.
+        Ok(_) if written_since(writers, count) => return,
         Ok(Ok(bytes)) => bytes,
         Ok(Err(problems)) => {
             return reject_once(cx, &mut seen, generation, problems.to_string());
@@ -144,6 +177,16 @@ mod tests {
         TriggerContext::for_tests(Live::new(), "")
     }
 
+    /// The reads of a file no watch follows (nothing being written).
+    fn reads<'a>(seen: &'a SharedSeen, reader: &'a DetachedReader) -> FileReads<'a> {
+        static NO_WRITERS: std::sync::OnceLock<Writers> = std::sync::OnceLock::new();
+        FileReads {
+            seen,
+            reader,
+            writers: NO_WRITERS.get_or_init(Writers::default),
+        }
+    }
+
     const GOOD: &str = r#"{"components": {"state": {"s": {"type": "memory"}}}}"#;
 
     #[tokio::test]
@@ -158,7 +201,7 @@ mod tests {
         };
         let deadline = Duration::from_millis(100);
         let reader = DetachedReader::default();
-        changed(&cx, path, &seen, &reader, deadline, hung).await;
+        changed(&cx, path, reads(&seen, &reader), deadline, hung).await;
         match queued.try_recv() {
             Ok(Queued::Rejected { trigger, error }) => {
                 assert_eq!(trigger, Trigger::File);
@@ -174,7 +217,7 @@ mod tests {
         // reader of its own: the hung one is never released).
         let good = || Ok(GOOD.as_bytes().to_vec());
         let reader = DetachedReader::default();
-        changed(&cx, path, &seen, &reader, deadline, good).await;
+        changed(&cx, path, reads(&seen, &reader), deadline, good).await;
         assert!(
             matches!(queued.try_recv(), Ok(Queued::Reload(r)) if r.trigger == Trigger::File),
             "the good write is not sent"
@@ -199,7 +242,7 @@ mod tests {
             let _ = returned.send(());
             Ok(Vec::new())
         };
-        changed(&cx, path, &seen, &reader, deadline, hung).await;
+        changed(&cx, path, reads(&seen, &reader), deadline, hung).await;
         assert!(matches!(queued.try_recv(), Ok(Queued::Rejected { .. })));
         // Three events or re-reads while it is stuck: no thread, no wait,
         // reported once.
@@ -210,7 +253,7 @@ mod tests {
                 Ok(GOOD.as_bytes().to_vec())
             };
             let started = std::time::Instant::now();
-            changed(&cx, path, &seen, &reader, deadline, good).await;
+            changed(&cx, path, reads(&seen, &reader), deadline, good).await;
             assert!(started.elapsed() < deadline, "{:?}", started.elapsed());
         }
         assert_eq!(starts.load(Ordering::SeqCst), 1, "reading threads started");
@@ -233,7 +276,7 @@ mod tests {
                 counted.fetch_add(1, Ordering::SeqCst);
                 Ok(GOOD.as_bytes().to_vec())
             };
-            changed(&cx, path, &seen, &reader, deadline, good).await;
+            changed(&cx, path, reads(&seen, &reader), deadline, good).await;
             if let Ok(Queued::Reload(r)) = queued.try_recv() {
                 assert_eq!(r.trigger, Trigger::File);
                 break;

@@ -13,16 +13,21 @@
 //! thousand manifests on a slow mount is read as long as it moves on, up to
 //! a cap), and while one given up has not returned no other is started
 //! (one stuck thread at most for the sources).
+//!
+//! The two watches share the writers of their files too: no read of the
+//! sources (an event or periodic re-read of either watch, a new
+//! generation, a control-plane change) reads while a file of either is
+//! being written (see [`crate::fs_watch`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::config_file::reject_once;
-use super::file_seen::{digest, follow_generations, SharedSeen};
+use super::file_seen::{digest, follow_generations, lock_once_written, written_since, SharedSeen};
 use super::TriggerContext;
 use crate::config::{ConfigSources, Problems};
 use crate::fs_read::{Abandoned, DetachedReader, ProgressDeadlines, CONFIG_SOURCES_READ};
-use crate::fs_watch::{FileWatch, OnChange};
+use crate::fs_watch::{FileWatch, OnChange, Writers};
 use crate::registry::Registry;
 use crate::reload::{ReloadRequest, Trigger};
 
@@ -40,12 +45,16 @@ pub(crate) fn watch_config_sources(
     let last = Arc::clone(&seen);
     // The reads of both watches: one stuck in the kernel at most.
     let reader = Arc::new(DetachedReader::default());
+    // The files being written, of both watches.
+    let writers = Arc::new(Writers::default());
+    let being_written = Arc::clone(&writers);
     let on_change: OnChange = Arc::new(move || {
         let cx = trigger.clone();
         let shared = Arc::clone(&shared);
         let seen = Arc::clone(&last);
         let reader = Arc::clone(&reader);
-        Box::pin(async move { sources_changed(&cx, shared, &seen, &reader).await })
+        let writers = Arc::clone(&being_written);
+        Box::pin(async move { sources_changed(&cx, shared, &seen, &reader, &writers).await })
     });
     let stop = cx.stopped.child_token();
     follow_generations(cx, seen, Arc::clone(&on_change), stop.clone());
@@ -53,15 +62,17 @@ pub(crate) fn watch_config_sources(
         .register(stop.clone(), Arc::clone(&on_change));
     let mut watches = Vec::new();
     if let Some(file) = sources.file {
-        watches.push(FileWatch::start(
+        watches.push(FileWatch::start_sharing(
             file,
             Arc::clone(&on_change),
             Some(resync),
             stop.clone(),
+            Arc::clone(&writers),
         ));
     }
     if let Some(dir) = sources.resources {
-        watches.push(FileWatch::start_folder(dir, on_change, Some(resync), stop));
+        let watch = FileWatch::start_folder_sharing(dir, on_change, Some(resync), stop, writers);
+        watches.push(watch);
     }
     watches
 }
@@ -80,6 +91,7 @@ async fn sources_changed(
     shared: Arc<(ConfigSources, Registry)>,
     seen: &SharedSeen,
     reader: &DetachedReader,
+    writers: &Writers,
 ) {
     let read = {
         let shared = Arc::clone(&shared);
@@ -89,16 +101,30 @@ async fn sources_changed(
         let (sources, registry) = &*shared;
         sources.parse(texts, registry)
     };
-    read_and_send(cx, seen, reader, CONFIG_SOURCES_READ, read, parse).await;
+    let sources = Sources {
+        seen,
+        reader,
+        writers,
+    };
+    read_and_send(cx, sources, CONFIG_SOURCES_READ, read, parse).await;
+}
+
+/// What the reads of one set of sources share.
+#[derive(Clone, Copy)]
+struct Sources<'a> {
+    seen: &'a SharedSeen,
+    reader: &'a DetachedReader,
+    writers: &'a Writers,
 }
 
 /// Reads the sources with `read` through `reader` (given up when it stops
 /// moving on, see [`ProgressDeadlines`]; not started while an earlier read
-/// is stuck), parses what changed with `parse` and sends it.
+/// is stuck; not before no file of theirs is being written, and discarded
+/// if one was written meanwhile), parses what changed with `parse` and
+/// sends it.
 async fn read_and_send<T, R, P>(
     cx: &TriggerContext,
-    seen: &SharedSeen,
-    reader: &DetachedReader,
+    sources: Sources<'_>,
     deadlines: ProgressDeadlines,
     read: R,
     parse: P,
@@ -107,8 +133,15 @@ async fn read_and_send<T, R, P>(
     R: FnOnce() -> Result<T, Problems> + Send + 'static,
     P: FnOnce(&T) -> Result<crate::config::Config, Problems> + Send + 'static,
 {
+    let Sources {
+        seen,
+        reader,
+        writers,
+    } = sources;
     // Held to the end: one read, parse and send at a time.
-    let mut seen = seen.lock().await;
+    let Some((mut seen, count)) = lock_once_written(seen, writers).await else {
+        return;
+    };
     let generation = cx.plan.borrow().generation;
     let done = |hash: u64| seen.is_done(hash, generation);
     let in_force = Arc::clone(&cx.file_in_force);
@@ -125,6 +158,8 @@ async fn read_and_send<T, R, P>(
             "reading the configuration sources {abandoned} (the next change or re-read tries again)"
         ))),
         Err(Abandoned::Failed(err)) => Err(err),
+        // Maybe half-written: read again once its writer closes it.
+        Ok(_) if written_since(writers, count) => Ok(Read::Unchanged),
         Ok(Err(problems)) => {
             let hash = digest(&problems.to_string());
             Ok(if done(hash) {
@@ -186,6 +221,7 @@ mod tests {
     use crate::component::{ComponentKey, Kind};
     use crate::config::LayerChange;
     use crate::fs_read::note_progress;
+    use crate::fs_watch::MIN_RESYNC;
     use crate::handle::Live;
     use crate::metadata::{decode_for_validation, MetadataError, NoMetadata};
     use crate::registry::ComponentDescriptor;
@@ -247,39 +283,61 @@ mod tests {
         })
     }
 
-    /// Rewrites `all.yaml` of `dir` in place in two writes 500 ms apart
-    /// (document 1, then `---` and document 2) and checks that no reload
-    /// queued meanwhile or in the 3 s after lacks `second`: a half-written
-    /// manifest would remove it and lose its data.
-    async fn written_in_two_steps_is_never_sent_half_written(name: &str, resync: Duration) {
-        let dir = folder(name);
-        let (first, second) = (manifest("first"), manifest("second"));
-        let whole = format!("{first}---\n{second}");
-        std::fs::write(dir.join("all.yaml"), &whole).unwrap_or_else(|e| panic!("{e}"));
+    /// Starts watching `sources` (`all.yaml` of `dir` holding `first` and
+    /// `second`), and waits for the first read, which sends the whole file
+    /// (nothing is in force here).
+    async fn watching(
+        dir: &std::path::Path,
+        sources: ConfigSources,
+        resync: Duration,
+    ) -> (TriggerContext, QueueReceiver, Vec<FileWatch>) {
+        let whole = format!("{}---\n{}", manifest("first"), manifest("second"));
+        std::fs::write(dir.join("all.yaml"), whole).unwrap_or_else(|e| panic!("{e}"));
         let (cx, mut queued) = TriggerContext::for_tests(Live::new(), "");
-        let watches = watch_config_sources(&cx, resources(&dir), registry(), resync);
-        // The first read sends the whole file (nothing is in force here).
+        let watches = watch_config_sources(&cx, sources, registry(), resync);
         let sent = tokio::time::timeout(Duration::from_secs(10), queued.recv()).await;
         match sent {
             Ok(Some(Queued::Reload(request))) => assert!(declares_second(&request)),
             other => panic!("the first read is not sent: {other:?}"),
         }
+        (cx, queued, watches)
+    }
+
+    /// Rewrites `all.yaml` of `dir` in place on a thread: truncated, then
+    /// after `pause` document 1, and 500 ms later `---` and document 2.
+    fn rewrite_in_two_writes(
+        dir: &std::path::Path,
+        pause: Duration,
+    ) -> std::thread::JoinHandle<std::io::Result<()>> {
         let path = dir.join("all.yaml");
-        let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        let (first, second) = (manifest("first"), manifest("second"));
+        std::thread::spawn(move || -> std::io::Result<()> {
             let mut file = std::fs::File::create(&path)?;
-            // The truncation is seen before the first document lands.
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(pause);
             file.write_all(first.as_bytes())?;
             std::thread::sleep(Duration::from_millis(500));
             file.write_all(format!("---\n{second}").as_bytes())
-        });
-        collect_reloads(&mut queued, Duration::from_secs(3), |request| {
+        })
+    }
+
+    /// Checks that no reload queued within `period` lacks `second`: a
+    /// half-written manifest would remove it and lose its data.
+    async fn none_half_written(queued: &mut QueueReceiver, period: Duration) {
+        collect_reloads(queued, period, |request| {
             assert!(
                 declares_second(request),
                 "a half-written manifest was sent: state/second removed"
             );
         })
         .await;
+    }
+
+    /// Waits for the writer, stops the watches and removes `dirs`.
+    async fn finish(
+        writer: std::thread::JoinHandle<std::io::Result<()>>,
+        watches: Vec<FileWatch>,
+        dirs: &[&std::path::Path],
+    ) {
         writer
             .join()
             .unwrap_or_else(|_| panic!("the writer panicked"))
@@ -287,7 +345,67 @@ mod tests {
         for watch in watches {
             watch.stop().await;
         }
-        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        for dir in dirs {
+            std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    /// Rewrites `all.yaml` of `dir` in place in two writes 500 ms apart
+    /// (document 1, then `---` and document 2) and checks that no reload
+    /// queued meanwhile or in the 3 s after lacks `second`.
+    async fn written_in_two_steps_is_never_sent_half_written(name: &str, resync: Duration) {
+        let dir = folder(name);
+        let (_cx, mut queued, watches) = watching(&dir, resources(&dir), resync).await;
+        // The truncation is seen before the first document lands.
+        let writer = rewrite_in_two_writes(&dir, Duration::from_millis(100));
+        none_half_written(&mut queued, Duration::from_secs(3)).await;
+        finish(writer, watches, &[&dir]).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_manifest_whose_writer_stays_open_past_5_s_is_read_once_it_is_closed() {
+        let dir = folder("slow-writer");
+        let (_cx, mut queued, watches) =
+            watching(&dir, resources(&dir), Duration::from_secs(3600)).await;
+        // `kustomize build > all.yaml` fetching its bases for 6 s: truncated,
+        // then nothing until its output.
+        let writer = rewrite_in_two_writes(&dir, Duration::from_secs(6));
+        none_half_written(&mut queued, Duration::from_secs(9)).await;
+        finish(writer, watches, &[&dir]).await;
+    }
+
+    /// The configuration's sources: a valid JSON file in a folder of its
+    /// own (`file_dir`) and the manifests of `dir`.
+    fn file_and_resources(file_dir: &std::path::Path, dir: &std::path::Path) -> ConfigSources {
+        let file = file_dir.join("rewire.json");
+        std::fs::write(&file, "{}").unwrap_or_else(|e| panic!("{e}"));
+        ConfigSources {
+            file: Some(file),
+            ..resources(dir)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_config_file_watchs_re_reads_wait_for_a_manifest_being_written() {
+        let (dir, file_dir) = (folder("shared-writers"), folder("shared-writers-file"));
+        let sources = file_and_resources(&file_dir, &dir);
+        let (_cx, mut queued, watches) = watching(&dir, sources, MIN_RESYNC).await;
+        let writer = rewrite_in_two_writes(&dir, Duration::from_millis(100));
+        none_half_written(&mut queued, Duration::from_secs(3)).await;
+        finish(writer, watches, &[&dir, &file_dir]).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_control_plane_read_waits_for_a_manifest_being_written() {
+        let (dir, file_dir) = (folder("control-read"), folder("control-read-file"));
+        let sources = file_and_resources(&file_dir, &dir);
+        let (cx, mut queued, watches) = watching(&dir, sources, Duration::from_secs(3600)).await;
+        let writer = rewrite_in_two_writes(&dir, Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let read = cx.source_reads.read_now().await;
+        assert!(read.is_ok(), "{read:?}");
+        none_half_written(&mut queued, Duration::from_secs(3)).await;
+        finish(writer, watches, &[&dir, &file_dir]).await;
     }
 
     /// Calls `check` on every reload queued within `period`.
@@ -340,7 +458,13 @@ mod tests {
         let registry = registry();
         let parse = move |texts: &_| sources.parse(texts, &registry);
         let (seen, reader) = (SharedSeen::default(), DetachedReader::default());
-        read_and_send(&cx, &seen, &reader, deadlines, read, parse).await;
+        let writers = Writers::default();
+        let sources = Sources {
+            seen: &seen,
+            reader: &reader,
+            writers: &writers,
+        };
+        read_and_send(&cx, sources, deadlines, read, parse).await;
         let sent = queued.try_recv();
         assert!(
             matches!(sent, Ok(Queued::Reload(_))),

@@ -13,16 +13,22 @@
 //! other content may be queued, in flight or kept as a retry, and would go
 //! in force after it (a file reverted while its new content rolls back).
 //! Sent, the content in force replaces it (the reload changes nothing).
+//!
+//! A read, whoever asks for it (an event, a periodic re-read, a new
+//! generation, a control-plane change), waits until no watched file of the
+//! sources is being written, and is discarded if one was modified while it
+//! read: the watch reads again once the writer closes it (see
+//! [`crate::fs_watch`]).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
 use super::TriggerContext;
-use crate::fs_watch::OnChange;
+use crate::fs_watch::{still_being_written, OnChange, Writers};
 
 /// A digest of content (or of a problem's text).
 pub(super) fn digest(value: &impl Hash) -> u64 {
@@ -87,6 +93,42 @@ impl Seen {
 /// The state shared by a trigger's watches (the lock is held across a
 /// whole read, parse and send).
 pub(super) type SharedSeen = Arc<Mutex<Seen>>;
+
+/// Takes `seen` for a read once no watched file of the sources is being
+/// written, with the count of modifications seen then (compare it with
+/// [`written_since`] after the read). `None`: a file has been written for
+/// too long (reported); the read is skipped, and the one after its close
+/// applies it.
+pub(super) async fn lock_once_written<'a>(
+    seen: &'a SharedSeen,
+    writers: &Writers,
+) -> Option<(MutexGuard<'a, Seen>, u64)> {
+    loop {
+        let count = match writers.until_closed().await {
+            Ok(count) => count,
+            Err(newly) => {
+                still_being_written(&newly);
+                return None;
+            }
+        };
+        let seen = seen.lock().await;
+        // Written again while waiting for the lock: wait for that writer.
+        if writers.modifications() == count {
+            return Some((seen, count));
+        }
+    }
+}
+
+/// Whether a watched file was modified since `count` was taken (by
+/// [`lock_once_written`]): what was read may be half-written, and is
+/// discarded (logged).
+pub(super) fn written_since(writers: &Writers, count: u64) -> bool {
+    let moved = writers.modifications() != count;
+    if moved {
+        tracing::debug!("A watched file was written during the read; discarded (read again once its writer closes it).");
+    }
+    moved
+}
 
 /// Calls `on_change` after each commit that moves the generation on while
 /// content sent earlier is not known to be in force, so content refused
