@@ -5,7 +5,8 @@
 //! * [`Client::connect`] opens a channel to each of one or more endpoints
 //!   (`http://host:port` or `https://host:port` with [`ConnectOptions::tls`]),
 //!   logs in when given a user, and bounds what a call does on each
-//!   member, logins included, by [`ConnectOptions::timeout`].
+//!   member, logins included, by [`ConnectOptions::timeout`] — up to 1.5 ×
+//!   it when a login that succeeded left the call less than half of it.
 //! * Calls go to one member; one that is unreachable (refused, reset, no
 //!   answer in time, no leader) is left for the next endpoint, and the
 //!   call made there — each member at most once per call. Watches require
