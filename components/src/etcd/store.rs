@@ -21,7 +21,7 @@ use super::metadata::{EtcdMetadata, EtcdSettings};
 use super::reads::{read_ranges, ReadResult, Reads};
 use super::sharing::{join, stores_sharing, Membership};
 use super::subscribers::Subscribers;
-use super::writes::{delete_all, put_all};
+use super::writes::{delete_all, put_all, WriteSize};
 
 /// How long a readiness probe may take: under the 1 s that its callers
 /// (`/v1.0/healthz`, the status) wait for the answer, so that a silent
@@ -175,7 +175,9 @@ impl Running {
         self.or_cached(query, read).await
     }
 
-    /// Makes `transaction`, if any (all its writes or none).
+    /// Makes `transaction`, if any (all its writes or none). One etcd
+    /// refuses for its size is an invalid request saying so (see
+    /// [`WriteSize::refusal`]).
     async fn write(
         &self,
         transaction: Result<Option<rewire_etcd::pb::TxnRequest>, String>,
@@ -183,11 +185,12 @@ impl Running {
         let Some(transaction) = transaction.map_err(ConfigError::Invalid)? else {
             return Ok(());
         };
-        self.client
-            .txn(transaction)
-            .await
-            .map(drop)
-            .map_err(|err| self.backend(&err))
+        let size = WriteSize::of(&transaction);
+        let written = self.client.txn(transaction).await;
+        written.map(drop).map_err(|err| match size.refusal(&err) {
+            Some(refusal) => ConfigError::Invalid(self.settings.scrub(&refusal)),
+            None => self.backend(&err),
+        })
     }
 
     /// The items in `responses`.

@@ -233,7 +233,7 @@ async fn a_set_etcd_refuses_in_part_writes_and_publishes_nothing() {
         ])
         .await;
     assert!(
-        matches!(&refused, Err(ConfigError::Backend(_))),
+        matches!(&refused, Err(ConfigError::Invalid(why)) if why.contains("1.5 MiB")),
         "{refused:?}"
     );
     assert!(get(&*store, query(None, &["a"], None)).await.is_empty());
@@ -253,6 +253,44 @@ async fn a_set_etcd_refuses_in_part_writes_and_publishes_nothing() {
         vec![name(None, "fence", None, "f")],
         "published before the fence"
     );
+    store.close().await.expect("close");
+}
+
+/// A set of two 1 MiB values, each under etcd's 1.5 MiB request limit
+/// but over it together (one transaction), is an invalid request naming
+/// the bytes and the limit, to split — not a backend failure.
+#[tokio::test]
+async fn a_set_over_etcds_request_limit_is_invalid_naming_the_limit() {
+    let server = EtcdServer::start().await;
+    let store = store(&server, "/big/").await;
+    let mebibyte = "x".repeat(1 << 20);
+    let refused = store
+        .set(vec![
+            item(None, "a", None, &mebibyte),
+            item(None, "b", None, &mebibyte),
+        ])
+        .await;
+    match refused {
+        Err(ConfigError::Invalid(message)) => {
+            for part in [
+                "2097164 bytes",
+                "--max-request-bytes",
+                "1.5 MiB",
+                "split it",
+            ] {
+                assert!(message.contains(part), "{part}: {message}");
+            }
+        }
+        other => panic!("expected an invalid request naming the limit, got {other:?}"),
+    }
+    assert_eq!(server.value("/big/a").await, None);
+    // Item by item, each fits.
+    for key in ["a", "b"] {
+        store
+            .set(vec![item(None, key, None, &mebibyte)])
+            .await
+            .expect("set of one 1 MiB value");
+    }
     store.close().await.expect("close");
 }
 
