@@ -6,7 +6,7 @@
 //! nothing is cached; a change of metadata is applied in place.
 //!
 //! The sidecar's own credentials (its tokens, its trace exporter's
-//! headers) are never served, whatever the prefix (see
+//! headers and endpoints) are never served, whatever the prefix (see
 //! [`is_reserved`]); `allowedSecrets` narrows the names served further.
 
 mod names;
@@ -271,19 +271,31 @@ mod tests {
     }
 
     /// `OTEL_EXPORTER_OTLP_HEADERS` carries the trace exporter's API key
-    /// (`x-honeycomb-team=…`): neither a get nor the bulk read serves it.
+    /// (`x-honeycomb-team=…`), its endpoint may carry basic-auth
+    /// credentials (`https://user:pass@collector`): neither a get nor the
+    /// bulk read serves them.
     #[tokio::test]
-    async fn the_exporter_headers_are_never_served_whatever_the_prefix() {
+    async fn the_exporter_headers_and_endpoints_are_never_served_whatever_the_prefix() {
         set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hc-key");
         set_var(
             "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
             "authorization=Bearer tr-key",
+        );
+        set_var(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "https://user:ep-key@collector:4317",
+        );
+        set_var(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "https://user:tep-key@collector:4317",
         );
         for prefix in ["", "OTEL_", "OTEL_EXPORTER_OTLP_"] {
             let store = EnvSecretStore::new(EnvSecretMetadata::with_prefix(prefix));
             for variable in [
                 "OTEL_EXPORTER_OTLP_HEADERS",
                 "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             ] {
                 let name = variable.strip_prefix(prefix).unwrap_or(variable);
                 let got = store.get_secret(name, &HashMap::new()).await;
@@ -302,7 +314,7 @@ mod tests {
                 .collect();
             assert!(
                 leaked.is_empty(),
-                "prefix `{prefix}` served exporter headers"
+                "prefix `{prefix}` served exporter headers or endpoints"
             );
         }
     }

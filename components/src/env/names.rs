@@ -5,10 +5,12 @@
 //! (`DAPR_API_TOKEN`, `APP_API_TOKEN`), the headers its OTLP trace
 //! exporter sends (`OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_EXPORTER_OTLP_TRACES_HEADERS`: a vendor's API key often rides
-//! there) and, as Dapr's local env store does, any variable starting with
-//! `DAPR_`. (The other `OTEL_*` variables it reads are settings or file
-//! paths, not credentials; the other `REWIRE_*` ones are not credentials
-//! either.) Compared without regard to case, so
+//! there), the endpoints it sends to (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`: `https://user:pass@collector`
+//! is sent as basic auth) and, as Dapr's local env store does, any
+//! variable starting with `DAPR_`. (The other `OTEL_*` variables it reads
+//! are settings or file paths, not credentials; the other `REWIRE_*`
+//! ones are not credentials either.) Compared without regard to case, so
 //! no spelling gets around it. Within that, an allow-list of secret names
 //! (empty: every name) narrows what is served.
 
@@ -17,13 +19,15 @@ use std::fmt;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 /// Variables that are never served, whatever the store's metadata.
-pub const RESERVED_VARIABLES: [&str; 6] = [
+pub const RESERVED_VARIABLES: [&str; 8] = [
     "REWIRE_ADMIN_TOKEN",
     "REWIRE_API_TOKEN",
     "DAPR_API_TOKEN",
     "APP_API_TOKEN",
     "OTEL_EXPORTER_OTLP_HEADERS",
     "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 ];
 
 /// Variables starting with this are never served (Dapr's rule).
@@ -100,6 +104,8 @@ mod tests {
             "APP_API_TOKEN",
             "OTEL_EXPORTER_OTLP_HEADERS",
             "otel_exporter_otlp_traces_headers",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "otel_exporter_otlp_traces_endpoint",
             "DAPR_ANYTHING",
             "dapr_x",
         ] {
@@ -108,7 +114,7 @@ mod tests {
         }
         assert!(!is_reserved("REWIRE_ADMIN_TOKENS"));
         assert!(!is_reserved("MY_DAPR_API_TOKEN"));
-        assert!(!is_reserved("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        assert!(!is_reserved("OTEL_EXPORTER_OTLP_PROTOCOL"));
     }
 
     #[test]
