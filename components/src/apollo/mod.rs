@@ -68,8 +68,10 @@
 //!   `delete` edit items through the Open API (in the item's group, or the
 //!   first namespace) and release each touched namespace as
 //!   `open_api_user`; the store then reads the namespace back, so a `get`
-//!   right after a write sees it. Every key is checked first (non-empty;
-//!   a value past the portal's length limit is the portal's to refuse).
+//!   right after a write sees it. Every key set is checked first
+//!   (non-empty; a value past the portal's length limit is the portal's to
+//!   refuse); a key to delete that is empty names no item, so nothing is
+//!   deleted for it (as a get or subscription finds nothing for it).
 //!   A request the portal refuses undoes the edits not released yet, so a
 //!   later release does not publish half a write; a request without
 //!   answer (timeout) or answered with a 5xx is not undone, and the error
@@ -442,19 +444,22 @@ impl ConfigStore for ApolloConfigStore {
         if query.keys.is_empty() {
             return Err(ConfigError::Invalid("delete needs at least one key".into()));
         }
-        if query.keys.iter().any(String::is_empty) {
-            return Err(ConfigError::Invalid("a key to delete is empty".into()));
-        }
         let namespace = self.namespace_of(running, query.group.as_ref())?;
-        let edits = query
+        // An empty key names no item (a get finds none): nothing to
+        // delete, as for any key not held.
+        let edits: Vec<Edit> = query
             .keys
             .iter()
+            .filter(|key| !key.is_empty())
             .map(|key| Edit {
                 namespace: namespace.clone(),
                 key: key.clone(),
                 value: None,
             })
             .collect();
+        if edits.is_empty() {
+            return Ok(());
+        }
         self.write(running, open_api, edits).await
     }
 

@@ -123,6 +123,44 @@ async fn set_and_delete_are_released_and_reach_subscribers() {
     started.store.close().await.unwrap();
 }
 
+/// An empty key names no item (as a get or a subscription finds none): a
+/// delete naming it deletes the other keys, and one naming only it
+/// deletes nothing and releases nothing — not an invalid request.
+#[tokio::test]
+async fn a_delete_of_an_empty_key_deletes_nothing() {
+    let server = ApolloServer::start().await;
+    server.accept_open_api_token(TOKEN);
+    server.release("application", &[("a", "1"), ("b", "2")]);
+    server.create_namespace("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let started = start(writable(&server, dir.path(), TOKEN))
+        .await
+        .expect("start");
+    let store = &started.store;
+    let got = store.get(&ConfigQuery::keys(["", "a"])).await.expect("get");
+    assert_eq!(
+        got.iter().map(|i| i.key.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    let releases = server.releases("application").len();
+    store
+        .delete(&ConfigQuery::keys([""]))
+        .await
+        .expect("a delete of only an empty key");
+    assert_eq!(
+        server.releases("application").len(),
+        releases,
+        "nothing released"
+    );
+    store
+        .delete(&ConfigQuery::keys(["", "a"]))
+        .await
+        .expect("a delete of an empty key and `a`");
+    assert!(!server.draft("application").contains_key("a"));
+    assert!(server.draft("application").contains_key("b"));
+    started.store.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_wrong_token_is_refused_without_showing_it() {
     let server = ApolloServer::start().await;
