@@ -31,7 +31,7 @@ pub mod pubsub;
 mod pubsub_connected;
 mod pubsub_in_flight;
 pub mod pubsub_metadata;
-mod pubsub_read_here;
+mod pubsub_pending;
 mod pubsub_reader;
 pub mod scripts;
 pub mod sequencer;

@@ -15,14 +15,10 @@
 //! shutdown meanwhile ends the reader: the runtime's drain grace starts
 //! only at a delivery after that, a `RETRY` settled meanwhile is delivered
 //! again only then too), delivers the consumer's
-//! own pending entries this process read (handed back `RETRY`, read by a
-//! reader that stopped, or whose `XACK` failed; not those read and not
-//! yet settled here or at another reader of this process on the same
-//! server, group and topic: awaiting their outcome, or a permit to be
-//! handed on; nor those of other live replicas of the app, which share the
-//! consumer name, see [`super::pubsub_read_here`]), then, in a reclaim
-//! round, the group's entries pending past `processingTimeout` (left by a
-//! process that died; none with redelivery off),
+//! own pending entries (handed back `RETRY`, left by an earlier process,
+//! or whose `XACK` failed; not those read and not yet settled here or at
+//! another reader of this process on the same server, group and topic:
+//! awaiting their outcome, or a permit to be handed on),
 //! reads new entries: the backlog, up to the stream's last id as the gate
 //! closed (taken once then: nothing of this broker is added after it; when
 //! that look fails, until a read finds nothing new),
@@ -61,7 +57,7 @@ use super::metadata::ConnectionSettings;
 use super::pubsub_connected::Connected;
 use super::pubsub_in_flight::{in_flight_at_peers, join_peers, InFlight, ReadBatch};
 use super::pubsub_metadata::Tunables;
-use super::pubsub_read_here::{id_after, read_here, ReadHere};
+use super::pubsub_pending::{page_cut, pending_idle_times, refuses_xpending_idle};
 use crate::backoff::Backoff;
 use crate::pubsub::PublishGate;
 
@@ -207,9 +203,8 @@ pub(super) struct Reader {
 
 /// Where a drain is.
 struct Drain {
-    /// Looking through this consumer's own pending entries for those this
-    /// process read (see [`ReadHere`]): the `XPENDING` start to go on
-    /// from; `None` once they were all looked through.
+    /// Reading this consumer's own pending entries: the id to read after;
+    /// `None` once they were all read.
     pending_after: Option<String>,
     /// When the last batch was delivered (or the pending entries were all
     /// delivered, or the drain began).
@@ -303,7 +298,7 @@ impl Drain {
         };
         let cap_at = now + DRAIN_CAP;
         let mut drain = Self {
-            pending_after: Some("-".into()),
+            pending_after: Some("0-0".into()),
             quiet_since: now,
             backlog_end,
             end_untried_clock,
@@ -399,12 +394,6 @@ impl Reader {
                 }
                 let backlog_end = self.backlog_end().await;
                 drain = Some(Drain::new(Instant::now(), backlog_end));
-                // Once this process's own pending entries are delivered,
-                // a round through the whole pending list delivers those
-                // idle past `processingTimeout` (left by a process that
-                // died): before anything new is read.
-                reclaim_now = true;
-                reclaim_cursor = None;
             }
             // New TLS material in force: the reading connection is opened
             // again with it (the old one would reconnect with the old).
@@ -416,12 +405,8 @@ impl Reader {
                 reclaim_now = true;
             }
             let tunables = **self.tunables.load();
-            let own_pending_phase = drain.as_ref().is_some_and(|d| d.pending_after.is_some());
-            match tunables.redelivery() {
-                // Draining, the round waits until this process's own
-                // pending entries were delivered.
-                Some(_) if own_pending_phase => {}
-                Some((every, idle)) => {
+            match (tunables.redelivery(), &drain) {
+                (Some((every, idle)), None) => {
                     if reclaim_now || (reclaim_cursor.is_none() && last_reclaim.elapsed() >= every)
                     {
                         last_reclaim = Instant::now();
@@ -430,21 +415,10 @@ impl Reader {
                     }
                     if let Some(cursor) = reclaim_cursor.take() {
                         match self
-                            .reclaim(
-                                &in_flight,
-                                idle,
-                                tunables.queue_depth,
-                                &cursor,
-                                drain.is_none(),
-                            )
+                            .reclaim(&in_flight, idle, tunables.queue_depth, &cursor)
                             .await
                         {
-                            Ok((next, handed_on)) => {
-                                reclaim_cursor = next;
-                                if let (true, Some(drain)) = (handed_on, drain.as_mut()) {
-                                    drain.quiet_since = Instant::now();
-                                }
-                            }
+                            Ok(next) => reclaim_cursor = next,
                             Err(err) => {
                                 if self.group_recreated(&err).await {
                                     continue;
@@ -456,26 +430,17 @@ impl Reader {
                     // A drain asked for while the page waited for a permit:
                     // seen to first (no read of new entries before the
                     // publish gate closes).
-                    if drain.is_none() && self.feed.is_draining() {
-                        continue;
-                    }
-                    // Draining: the whole round before anything new is
-                    // read.
-                    if drain.is_some() && reclaim_cursor.is_some() {
+                    if self.feed.is_draining() {
                         continue;
                     }
                 }
-                None => reclaim_cursor = None,
+                _ => reclaim_cursor = None,
             }
-            // Draining: this consumer's own pending entries first, those
-            // this process read (handed back `RETRY`, read by a reader that
-            // stopped, or whose `XACK` failed): nobody reads this server
-            // once the drain ends. (Those another live replica of the app
-            // works on, under the same consumer name, are left to it; one
-            // that died left them idle, for the reclaim round that
-            // follows.) Then new entries, until the stream was quiet for
-            // `DRAIN_LINGER` (a publisher still on this server a little
-            // longer).
+            // Draining: this consumer's own pending entries first (handed
+            // back `RETRY`, left by an earlier process, or whose `XACK`
+            // failed): nobody reads this server once the drain ends. Then
+            // new entries, until the stream was quiet for `DRAIN_LINGER`
+            // (a publisher still on this server a little longer).
             let (after, block) = match &drain {
                 // A reclaim round under way: a look at new entries that
                 // does not wait, then its next page.
@@ -510,14 +475,14 @@ impl Reader {
                 .min(tunables.queue_depth)
                 .max(1);
             let read = tokio::select! {
-                read = self.read(&mut reading, count, tunables.queue_depth, block, &after) => read,
+                read = read_group(&mut reading, &self.connected.group, &self.topic, count, block, &after) => read,
                 () = self.feed.stopped() => return,
                 () = self.connected.shutdown.cancelled() => return,
             };
-            let (entries, pending_next) = match read {
-                Ok(read) => {
+            let entries = match read {
+                Ok(entries) => {
                     backoff.reset();
-                    read
+                    entries
                 }
                 Err(err) if self.group_recreated(&err).await => continue,
                 Err(err) => {
@@ -541,7 +506,7 @@ impl Reader {
             if let Some(drain) = drain.as_mut() {
                 let last = entries.last().map(|(id, _)| id.as_str());
                 if own_pending {
-                    drain.pending_after = pending_next;
+                    drain.pending_after = last.map(str::to_string);
                 } else {
                     drain.read_new(last, Instant::now());
                 }
@@ -716,34 +681,32 @@ impl Reader {
     /// take a call per ten of them with one free permit. A page that finds
     /// fewer than it asked for ends the round.
     ///
-    /// While it waits for a free permit, a drain asked for (with
-    /// `drain_first`: not draining yet) or new TLS material to open the
-    /// connection with ends the page at once (the cursor unchanged): the
-    /// loop sees to them first. Also whether it handed any entry on.
+    /// While it waits for a free permit, a drain asked for or new TLS
+    /// material to open the connection with ends the page at once (the
+    /// cursor unchanged): the loop sees to them first.
     async fn reclaim(
         &mut self,
         in_flight: &Arc<Semaphore>,
         idle: Duration,
         count: usize,
         cursor: &str,
-        drain_first: bool,
-    ) -> Result<(Option<String>, bool), RedisError> {
+    ) -> Result<Option<String>, RedisError> {
         let permit = tokio::select! {
             permit = in_flight.clone().acquire_owned() => permit,
-            () = self.feed.stopped() => return Ok((None, false)),
-            () = self.connected.shutdown.cancelled() => return Ok((None, false)),
-            () = self.feed.draining(), if drain_first => return Ok((Some(cursor.to_string()), false)),
-            () = self.reopen_due() => return Ok((Some(cursor.to_string()), false)),
+            () = self.feed.stopped() => return Ok(None),
+            () = self.connected.shutdown.cancelled() => return Ok(None),
+            () = self.feed.draining() => return Ok(Some(cursor.to_string())),
+            () = self.reopen_due() => return Ok(Some(cursor.to_string())),
         };
         let Ok(permit) = permit else {
-            return Ok((None, false));
+            return Ok(None);
         };
         let room = (in_flight.available_permits() + 1).min(count).max(1);
         drop(permit);
         let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let (found, next) = self.idle_pending(idle, cursor, room, count).await?;
         if found.is_empty() {
-            return Ok((next, false));
+            return Ok(next);
         }
         // Taken over only while still pending that long: not those another
         // consumer took over or acknowledged since.
@@ -756,12 +719,16 @@ impl Reader {
             .query_async(&mut self.reading())
             .await?;
         let (entries, missing) = claimed_and_missing(&found, claimed);
+        // In flight before the look-ups of those not given back: pending
+        // for the consumer name every reader of the group shares, they
+        // would otherwise be free meanwhile for a drain at a peer to
+        // deliver too.
+        let batch = self.record_read(&entries);
         self.ack_gone(missing).await;
-        let handed_on = !entries.is_empty();
-        if !self.hand_on(in_flight, entries, drain_first).await {
-            return Ok((None, handed_on));
+        if !self.hand_on_recorded(in_flight, entries, batch, true).await {
+            return Ok(None);
         }
-        Ok((next, handed_on))
+        Ok(next)
     }
 
     /// The ids of up to `room` entries of the group pending longer than
@@ -818,79 +785,6 @@ impl Reader {
         Ok(page_cut(&all, |id| idle_enough.contains(id), room, page))
     }
 
-    /// What the loop reads: up to `count` new entries (`after` is `>`;
-    /// `block`: wait that long for one), or, draining, this consumer's own
-    /// pending entries this process read, from `after` (an `XPENDING`
-    /// start; see [`own_pending_page`](Self::own_pending_page)), with the
-    /// start to go on from (`None`: all looked through).
-    async fn read(
-        &self,
-        reading: &mut BoundedConnection,
-        count: usize,
-        page: usize,
-        block: Option<Duration>,
-        after: &str,
-    ) -> Result<(Vec<Entry>, Option<String>), RedisError> {
-        if after == ">" {
-            let entries = read_group(
-                reading,
-                &self.connected.group,
-                &self.topic,
-                count,
-                block,
-                after,
-            )
-            .await?;
-            return Ok((entries, None));
-        }
-        self.own_pending_page(reading, after, count, page).await
-    }
-
-    /// A page of the drain's look through this consumer's own pending
-    /// entries (`XPENDING` of `page` from `start`, for the consumer name
-    /// every reader of the group shares): those this process read and has
-    /// not acknowledged ([`ReadHere`]), at most `count`, taken over
-    /// (`XCLAIM`, for their fields). The others are another live
-    /// replica's, at work on them (or one that died, whose entries the
-    /// reclaim round takes once idle past `processingTimeout`): left
-    /// alone, their idle time untouched. With the `XPENDING` start to go
-    /// on from; `None` once all were looked through.
-    async fn own_pending_page(
-        &self,
-        reading: &mut BoundedConnection,
-        start: &str,
-        count: usize,
-        page: usize,
-    ) -> Result<(Vec<Entry>, Option<String>), RedisError> {
-        let group = &self.connected.group;
-        let reply: Value = redis::cmd("XPENDING")
-            .arg(&self.topic)
-            .arg(group)
-            .arg(start)
-            .arg("+")
-            .arg(page)
-            .arg(group)
-            .query_async(reading)
-            .await?;
-        let found = pending_ids(reply);
-        let read_here = self.read_here();
-        let (ours, next) = page_cut(&found, |id| read_here.contains(id), count, page);
-        if ours.is_empty() {
-            return Ok((Vec::new(), next));
-        }
-        let claimed: Value = redis::cmd("XCLAIM")
-            .arg(&self.topic)
-            .arg(group)
-            .arg(group)
-            .arg(0)
-            .arg(&ours)
-            .query_async(reading)
-            .await?;
-        let (entries, missing) = claimed_and_missing(&ours, claimed);
-        self.ack_gone(missing).await;
-        Ok((entries, next))
-    }
-
     /// Acknowledges those of `ids` (asked of `XCLAIM`, not given back)
     /// whose entry is gone from the stream (`XRANGE id id` finds nothing:
     /// trimmed while pending), as Dapr's
@@ -900,10 +794,6 @@ impl Reader {
     /// itself). The others were taken over or acknowledged by another
     /// consumer meanwhile: left alone.
     async fn ack_gone(&self, ids: Vec<String>) {
-        if ids.is_empty() {
-            return;
-        }
-        let read_here = self.read_here();
         for id in ids {
             let found: Result<Value, RedisError> = redis::cmd("XRANGE")
                 .arg(&self.topic)
@@ -915,7 +805,7 @@ impl Reader {
                 .await;
             match found {
                 Ok(Value::Array(entries)) if entries.is_empty() => {
-                    ack(&self.connected, &self.topic, &id, &read_here).await;
+                    ack(&self.connected, &self.topic, &id).await;
                 }
                 Ok(_) => {}
                 Err(err) => {
@@ -923,13 +813,6 @@ impl Reader {
                 }
             }
         }
-    }
-
-    /// The ids this process read from this reader's server, group, topic
-    /// and database and has not acknowledged.
-    fn read_here(&self) -> Arc<ReadHere> {
-        let (group, topic, db) = self.peer_key();
-        read_here((self.reading_server.clone(), group, topic, db))
     }
 
     /// Resolves when the loop would open the reading connection again:
@@ -980,17 +863,34 @@ impl Reader {
         entries: Vec<Entry>,
         drain_first: bool,
     ) -> bool {
-        let ids: Vec<String> = entries
+        let batch = self.record_read(&entries);
+        self.hand_on_recorded(in_flight, entries, batch, drain_first)
+            .await
+    }
+
+    /// Records the ids of `entries` (those with fields: the others are
+    /// gone from the stream) in flight, as [`ReadBatch`].
+    fn record_read(&self, entries: &[Entry]) -> ReadBatch {
+        let ids = entries
             .iter()
             .filter(|(_, fields)| fields.is_some())
             .map(|(id, _)| id.clone())
             .collect();
-        let read_here = self.read_here();
-        read_here.read(ids.iter().map(String::as_str));
-        let mut batch = ReadBatch::record(&self.in_flight_ids, ids);
+        ReadBatch::record(&self.in_flight_ids, ids)
+    }
+
+    /// [`hand_on`](Self::hand_on) of `entries` already recorded in flight
+    /// as `batch`.
+    async fn hand_on_recorded(
+        &self,
+        in_flight: &Arc<Semaphore>,
+        entries: Vec<Entry>,
+        mut batch: ReadBatch,
+        drain_first: bool,
+    ) -> bool {
         for (id, fields) in entries {
             let Some(fields) = fields else {
-                ack(&self.connected, &self.topic, &id, &read_here).await;
+                ack(&self.connected, &self.topic, &id).await;
                 continue;
             };
             let message = self.message(id, fields);
@@ -1031,7 +931,6 @@ impl Reader {
         let topic = self.topic.clone();
         let in_flight_ids = self.in_flight_ids.clone();
         let forget = move |id: &str| in_flight_ids.settled(id);
-        let read_here = self.read_here();
         // A send waiting for room is given up for a drain asked meanwhile
         // (nothing sent).
         let delivered = tokio::select! {
@@ -1046,7 +945,7 @@ impl Reader {
             loop {
                 match outcome.await.unwrap_or(DeliveryOutcome::Retry) {
                     DeliveryOutcome::Success | DeliveryOutcome::Drop => {
-                        ack(&connected, &topic, &message.id, &read_here).await;
+                        ack(&connected, &topic, &message.id).await;
                         break;
                     }
                     // Left pending: redelivered after `processingTimeout`,
@@ -1138,69 +1037,6 @@ fn claimed_and_missing(asked: &[String], reply: Value) -> (Vec<Entry>, Vec<Strin
     (entries, missing)
 }
 
-/// From a page of pending ids `all` (in order, asked for `page` of them):
-/// those `keep` takes, at most `room`, and the `XPENDING` start to go on
-/// from: after the last taken when cut at `room`, after the page when it
-/// was full, `None` when it was not (the list was looked through). The
-/// start is inclusive (the next id there can be: the exclusive `(id`
-/// needs Redis 6.2).
-fn page_cut(
-    all: &[String],
-    keep: impl Fn(&str) -> bool,
-    room: usize,
-    page: usize,
-) -> (Vec<String>, Option<String>) {
-    let mut taken: Vec<String> = all.iter().filter(|id| keep(id)).cloned().collect();
-    let next = if taken.len() > room {
-        taken.truncate(room);
-        taken.last().and_then(|id| id_after(id))
-    } else if all.len() >= page {
-        all.last().and_then(|id| id_after(id))
-    } else {
-        None
-    };
-    (taken, next)
-}
-
-/// Whether `err`, the answer to `XPENDING … IDLE`, says the server knows
-/// no `IDLE` option (before Redis 6.2: a syntax error, or `IDLE` taken
-/// for a stream id).
-fn refuses_xpending_idle(err: &RedisError) -> bool {
-    let detail = err.detail().unwrap_or_default().to_ascii_lowercase();
-    err.code() == Some("ERR")
-        && [
-            "syntax",
-            "invalid stream id",
-            "unknown option",
-            "wrong number",
-        ]
-        .iter()
-        .any(|said| detail.contains(said))
-}
-
-/// The ids and idle times (ms) of an `XPENDING` extended reply
-/// (`[[id, consumer, idle, deliveries], ...]`).
-fn pending_idle_times(reply: Value) -> Vec<(String, u64)> {
-    let Value::Array(pending) = reply else {
-        return Vec::new();
-    };
-    pending
-        .into_iter()
-        .filter_map(|entry| match entry {
-            Value::Array(fields) => {
-                let mut fields = fields.into_iter();
-                let id = fields.next().and_then(text_of)?;
-                let idle = match fields.nth(1)? {
-                    Value::Int(ms) => u64::try_from(ms).unwrap_or(0),
-                    other => text_of(other)?.parse().ok()?,
-                };
-                Some((id, idle))
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 /// The ids of an `XPENDING` extended reply (`[[id, consumer, idle,
 /// deliveries], ...]`).
 fn pending_ids(reply: Value) -> Vec<String> {
@@ -1272,7 +1108,7 @@ fn bytes_of(value: Value) -> Vec<u8> {
     }
 }
 
-fn text_of(value: Value) -> Option<String> {
+pub(super) fn text_of(value: Value) -> Option<String> {
     match value {
         Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
         Value::SimpleString(text) => Some(text),
@@ -1280,9 +1116,7 @@ fn text_of(value: Value) -> Option<String> {
     }
 }
 
-/// Acknowledges entry `id` (`XACK`), forgetting it in `read_here` once
-/// done; a failure is logged (the entry stays pending, delivered again).
-async fn ack(connected: &Connected, topic: &str, id: &str, read_here: &ReadHere) {
+async fn ack(connected: &Connected, topic: &str, id: &str) {
     let (session, mut conn) = match connected.commands() {
         Ok(commands) => commands,
         Err(err) => {
@@ -1296,11 +1130,8 @@ async fn ack(connected: &Connected, topic: &str, id: &str, read_here: &ReadHere)
         .arg(id)
         .query_async(&mut conn)
         .await;
-    match acked {
-        Ok(_) => read_here.acked(id),
-        Err(err) => {
-            warn!(component = %connected.label, topic, id, error = %connected.failed(&session, &err), "XACK failed; the entry will be delivered again.");
-        }
+    if let Err(err) = acked {
+        warn!(component = %connected.label, topic, id, error = %connected.failed(&session, &err), "XACK failed; the entry will be delivered again.");
     }
 }
 
@@ -1504,42 +1335,6 @@ mod tests {
         let (entries, missing) = claimed_and_missing(&asked[..1], Value::Array(vec![entry("1-0")]));
         assert_eq!(entries.len(), 1);
         assert!(missing.is_empty());
-    }
-
-    #[test]
-    fn pages_go_on_from_the_next_id_and_take_only_what_is_idle_enough() {
-        let reply = Value::Array(
-            [("1-0", 5_000), ("1-1", 10), ("2-0", 9_000), ("3-7", 20_000)]
-                .map(|(id, idle)| {
-                    Value::Array(vec![
-                        Value::BulkString(id.as_bytes().to_vec()),
-                        Value::BulkString(b"app".to_vec()),
-                        Value::Int(idle),
-                        Value::Int(1),
-                    ])
-                })
-                .to_vec(),
-        );
-        let pending = pending_idle_times(reply);
-        assert_eq!(pending[1], ("1-1".to_string(), 10));
-        let all: Vec<String> = pending.iter().map(|(id, _)| id.clone()).collect();
-        let idle_enough = |id: &str| pending.iter().any(|(p, ms)| p == id && *ms >= 1_000);
-        // A full page: on after its last id, whatever was taken.
-        let (taken, next) = page_cut(&all, idle_enough, 10, 4);
-        assert_eq!(taken, ["1-0", "2-0", "3-7"]);
-        assert_eq!(next.as_deref(), Some("3-8"));
-        // Cut at `room`: on after the last taken.
-        let (taken, next) = page_cut(&all, idle_enough, 1, 4);
-        assert_eq!(taken, ["1-0"]);
-        assert_eq!(next.as_deref(), Some("1-1"));
-        // Not full: the list was looked through.
-        let (taken, next) = page_cut(&all, idle_enough, 10, 5);
-        assert_eq!(taken.len(), 3);
-        assert_eq!(next, None);
-        // None idle enough on a full page: on to the next.
-        let (taken, next) = page_cut(&all[1..2], idle_enough, 10, 1);
-        assert!(taken.is_empty());
-        assert_eq!(next.as_deref(), Some("1-2"));
     }
 
     #[tokio::test]
