@@ -2,7 +2,9 @@
 //! default 4 MiB limit on an answer in all: the prefix is read at init,
 //! reads of every key at once are answered, and a watch catching up on
 //! more than 4 MiB of changes after a disconnect applies them (rather than
-//! failing on the same catch-up forever).
+//! failing on the same catch-up forever); a catch-up over `maxResponseBytes`
+//! makes a re-read of the prefix rather than a retry of the same catch-up
+//! for ever.
 
 use crate::common;
 use crate::support::etcd_server;
@@ -167,6 +169,61 @@ async fn a_watch_catching_up_on_over_4_mib_of_changes_applies_them() {
         .await
         .expect("get after the catch-up");
     assert_eq!(sizes(&read), expected_sizes()[..1].to_vec());
+    store.close().await.expect("close");
+}
+
+/// Revisions of one key written while the watch is down, each of
+/// [`REVISION_SIZE`]: 200 KiB in all, over [`SMALL_LIMIT`].
+const REVISIONS: usize = 20;
+const REVISION_SIZE: usize = 10 * 1024;
+/// The `maxResponseBytes` of the store catching up on [`REVISIONS`].
+const SMALL_LIMIT: usize = 64 * 1024;
+
+/// Revision `index` of the key: its number, then [`REVISION_SIZE`] bytes.
+fn revision_value(index: usize) -> String {
+    format!("{index:02}-{}", "x".repeat(REVISION_SIZE))
+}
+
+#[tokio::test]
+async fn a_watch_catch_up_over_max_response_bytes_is_re_read_not_retried_for_ever() {
+    let mut server = EtcdServer::start().await;
+    let metadata = json!({
+        "endpoints": server.endpoint(), "keyPrefix": "/lim/",
+        "dialTimeout": "5s", "watchRetryMs": 5000,
+        "maxResponseBytes": SMALL_LIMIT.to_string()
+    });
+    let store = match common::start("config_store", "etcd", metadata).await {
+        Ok(Instance::ConfigStore(store)) => store,
+        Ok(other) => panic!("expected a config store, got {other:?}"),
+        Err(err) => panic!("start: {err}"),
+    };
+    let mut sub = store
+        .subscribe(ConfigQuery::default())
+        .await
+        .expect("subscribe");
+
+    server.stop();
+    server.start_again().await;
+    wait_for_watch_failing(&*store, true).await;
+    for index in 0..REVISIONS {
+        server.put("/lim/k", &revision_value(index)).await;
+    }
+    assert!(
+        watch_failing(&*store).await,
+        "the watch resumed before the writes were made: it would not catch up on them at once"
+    );
+
+    // The resumed watch gets all 20 revisions in one response over the
+    // limit: the store re-reads the key (10 KiB) instead.
+    let last = revision_value(REVISIONS - 1);
+    let items = items_until(&mut sub, "last value", PATIENCE, |items| {
+        items
+            .iter()
+            .any(|item| item.key == "k" && item.value == last)
+    })
+    .await;
+    assert!(!items.is_empty(), "{}", show_short(&items));
+    wait_for_watch_failing(&*store, false).await;
     store.close().await.expect("close");
 }
 
