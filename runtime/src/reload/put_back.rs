@@ -26,9 +26,7 @@ use super::transaction::revert;
 use super::Reloader;
 use crate::assemble::AssemblyContext;
 use crate::component::ComponentKey;
-use crate::handle::Instance;
-use crate::redact::HeldSecrets;
-use crate::running::{Mark, Marks, Running};
+use crate::running::{HeldToo, Mark, Marks, Running};
 
 /// What a commit left to put back, and the reload's context to do it in
 /// (its init timeout, cut short by shutdown as the reload is).
@@ -43,11 +41,9 @@ struct PuttingBack {
     key: ComponentKey,
     /// How its previous entry was restored (or why not), for the record.
     kept: String,
-    /// The values of the update put back, which the instance may still
-    /// use if the revert fails: held meanwhile, then with the restored
-    /// entry (its own metadata holds only the old ones).
-    new_values: Option<HeldSecrets>,
-    instance: Instance,
+    /// The restored entry made to hold the new values too, before any
+    /// wait: let go of once the revert succeeded.
+    holding: Option<HeldToo>,
     message: String,
 }
 
@@ -84,6 +80,11 @@ impl Reloader {
             let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
             let instance = previous.assembled.instance.clone();
             let kept = self.restore_previous(previous, not_as_declared.get(&key));
+            // Held by the running entry before any wait: the instance may
+            // use them until its revert answers, even should this reload
+            // be dropped meanwhile.
+            let holding = new_values
+                .and_then(|new_values| self.running.hold_too(&key, &instance, new_values));
             let index = putting_back.len();
             let (named, cx) = (key.clone(), cx.clone());
             let reapplying =
@@ -92,8 +93,7 @@ impl Reloader {
             putting_back.push(PuttingBack {
                 key,
                 kept,
-                new_values,
-                instance,
+                holding,
                 message,
             });
         }
@@ -109,15 +109,17 @@ impl Reloader {
             let PuttingBack {
                 key,
                 kept,
-                new_values,
-                instance,
+                holding,
                 message,
             } = put;
-            if let (false, Some(new_values)) = (reverted, new_values) {
-                self.running.hold_too(&key, &instance, new_values);
-            }
             let metadata = match reverted {
-                true => "its previous metadata was re-applied",
+                true => {
+                    if let Some(holding) = holding {
+                        self.running.let_go(holding);
+                    }
+                    "its previous metadata was re-applied"
+                }
+                // The new values stay held as long as it runs.
                 false => "re-applying its previous metadata failed too: it may run with part of the new one",
             };
             tracing::error!(component = %key, "Staged in-place update panicked when applied; {metadata}; {kept}.");

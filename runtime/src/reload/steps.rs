@@ -125,16 +125,10 @@ impl Reloader {
         // behind meanwhile and closed the components in force.
         let committed = match self.stopped.is_cancelled() {
             true => Err(Box::new(Cut::of(prepared))),
-            false => self.commit(config, layers, prepared, ended, rewritten),
+            false => self.commit(config, layers, prepared, (ended, rewritten), committed_as),
         };
         match committed {
             Ok((mut ending, put_back)) => {
-                let _ = committed_as.set(Committed {
-                    outcome: ending.outcome,
-                    generation: ending.generation,
-                    actions: ending.actions.clone(),
-                    serving: ending.serving.clone(),
-                });
                 if let Some(put_back) = put_back {
                     self.put_back(put_back, &not_as_declared, &mut ending).await;
                 }
@@ -281,14 +275,16 @@ impl Reloader {
     /// closed (a shutdown left this reload behind), it is not made: what
     /// undoes `prepared` is given back. A new generation is published when
     /// a section or an instance changed, or a component is `rewritten`
-    /// (declared alike, written differently: its scopes).
+    /// (declared alike, written differently: its scopes). What it
+    /// committed is left in `committed_as` as soon as the running set
+    /// took it (for the caller, should anything after panic).
     fn commit(
         &self,
         config: ValidConfig,
         layers: RunningLayers,
         prepared: Prepared,
-        ended: Ended,
-        rewritten: bool,
+        (ended, rewritten): (Ended, bool),
+        committed_as: &OnceLock<Committed>,
     ) -> Result<(Ending, Option<PutBack>), Box<Cut>> {
         let sections_changed = self.running.sections_differ(&config.config.sections);
         let changed = sections_changed
@@ -316,6 +312,16 @@ impl Reloader {
                 serving,
             }));
         };
+        let outcome = match changed {
+            true => Outcome::Applied,
+            false => Outcome::NoChange,
+        };
+        let _ = committed_as.set(Committed {
+            outcome,
+            generation,
+            actions: prepared.actions.clone(),
+            serving: serving.clone(),
+        });
         for note in &notes {
             // Only once committed: a reload that rolls back did not go on.
             tracing::warn!(note = %note, "Retrying a component not as declared failed; it is kept as it runs and the reload goes on without it.");
@@ -340,11 +346,7 @@ impl Reloader {
         retired.sort_by_key(|(key, _)| std::cmp::Reverse(position.get(key).copied()));
         self.drains.spawn(retired, self.settings.drain_grace);
         let ending = Ending {
-            outcome: if changed {
-                Outcome::Applied
-            } else {
-                Outcome::NoChange
-            },
+            outcome,
             generation,
             actions: prepared.actions,
             serving,

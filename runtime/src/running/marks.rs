@@ -50,6 +50,18 @@ impl Mark {
         }
     }
 
+    /// `self` (the mark a component had, or a new one) once an update of
+    /// it was put back after a commit and its entry is its previous one
+    /// (or keeps the new references only): its failed retries are kept,
+    /// its cause is the put-back, whatever it was before.
+    #[must_use]
+    pub(crate) fn put_back(self) -> Self {
+        Self {
+            cause: MarkCause::PutBack,
+            ..self
+        }
+    }
+
     /// Whether the running entry records metadata an update tried but
     /// could not undo ([`Self::unreverted`]): the instance may run a mix of
     /// it and what it ran before, so a reload that resolves the very same

@@ -30,6 +30,7 @@ pub(crate) use layers::RunningLayers;
 #[cfg(test)]
 pub(crate) use marks::FORCED_RETRIES;
 pub(crate) use marks::{Mark, Marks, MarksLeft};
+pub(crate) use restore::HeldToo;
 pub(crate) use start::{NotStarted, CANCELLED_START_UNWIND};
 pub use status::ComponentStatus;
 pub(crate) use watch_plan::{WatchPlan, WatchedRef};

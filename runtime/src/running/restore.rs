@@ -100,7 +100,8 @@ impl RunningSet {
         state.config = Arc::new(config);
         state.components = Arc::new(components);
         if let Some(mark) = previous_mark {
-            state.not_as_declared.insert(key.clone(), mark);
+            // Whatever marked it before, its entry is now its previous one.
+            state.not_as_declared.insert(key.clone(), mark.put_back());
         }
         self.publish_plan_keeping_tried(&state, &key);
         Ok(())
@@ -161,7 +162,7 @@ impl RunningSet {
         components.insert(key.clone(), Arc::new(kept));
         state.config = Arc::new(config);
         state.components = Arc::new(components);
-        let mark = previous_mark.unwrap_or_default();
+        let mark = previous_mark.map(Mark::put_back).unwrap_or_default();
         state.not_as_declared.insert(key.clone(), mark);
         self.publish_plan_keeping_tried(&state, &key);
         let retried = match mark.forces() {
@@ -224,23 +225,57 @@ impl RunningSet {
     }
 
     /// Makes the running entry of `key`, while it runs `instance`, hold
-    /// `secrets` too: the values of an update put back but not reverted,
-    /// which the instance may still use, stay scrubbed as long as it runs.
-    /// Nothing else changes (no generation, no watch plan).
-    pub(crate) fn hold_too(&self, key: &ComponentKey, instance: &Instance, secrets: HeldSecrets) {
+    /// `secrets` too: the values of an update being put back, which the
+    /// instance may use until its revert answers (and after, should it
+    /// fail), stay scrubbed meanwhile. Nothing else changes (no
+    /// generation, no watch plan). Returns what [`Self::let_go`] takes to
+    /// let go of them once the revert succeeded; `None` when the key no
+    /// longer runs `instance`.
+    pub(crate) fn hold_too(
+        &self,
+        key: &ComponentKey,
+        instance: &Instance,
+        secrets: HeldSecrets,
+    ) -> Option<HeldToo> {
         let mut state = self.state();
-        let Some(current) = state.components.get(key) else {
-            return;
-        };
+        let current = state.components.get(key)?;
         if !current.assembled.instance.same_as(instance) {
-            return;
+            return None;
         }
+        let before = Arc::clone(current);
         let mut holding = Running::clone(current);
         holding.assembled.resolved.hold_secrets(secrets);
+        let holding = Arc::new(holding);
         let mut components = Components::clone(&state.components);
-        components.insert(key.clone(), Arc::new(holding));
+        components.insert(key.clone(), Arc::clone(&holding));
+        state.components = Arc::new(components);
+        Some(HeldToo { before, holding })
+    }
+
+    /// Lets go of what [`Self::hold_too`] added (the revert it waited for
+    /// succeeded): its key's entry is the one before again, unless the
+    /// entry changed since (then it is left as it is).
+    pub(crate) fn let_go(&self, held: HeldToo) {
+        let HeldToo { before, holding } = held;
+        let key = before.spec.key.clone();
+        let mut state = self.state();
+        let Some(current) = state.components.get(&key) else {
+            return;
+        };
+        if !Arc::ptr_eq(current, &holding) {
+            return;
+        }
+        let mut components = Components::clone(&state.components);
+        components.insert(key, before);
         state.components = Arc::new(components);
     }
+}
+
+/// An entry [`RunningSet::hold_too`] made hold more values, and the entry
+/// before, for [`RunningSet::let_go`].
+pub(crate) struct HeldToo {
+    before: Arc<Running>,
+    holding: Arc<Running>,
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::secret_rotation::{past_the_grace, reloader_of};
 use super::*;
 use crate::assemble::AssemblyContext;
-use crate::component::StagedInPlace;
+use crate::component::{PendingInPlace, StagedInPlace};
 use crate::handle::Generation;
 use crate::reload::transaction::{Failed, Plan};
 
@@ -25,7 +25,9 @@ mod other_paths;
 /// [`Self::explode`] is set); cannot go back: `update_in_place` (how a
 /// reload re-applies the previous metadata) fails, or panics when the
 /// metadata says `panicBack`, or takes its rev only and fails when it
-/// says `revBack` (half going back). Told `atCommit`, it leaves its
+/// says `revBack` (half going back); it goes back (takes the metadata)
+/// when that says `goBack`. Told `panicApply`, staging takes the metadata
+/// and leaves the rest to the commit, which panics. Told `atCommit`, it leaves its
 /// updates to the commit: `update_in_place` then takes the metadata
 /// (panicking half way when it says `panicStage`). Its `init` fails when
 /// its metadata says `failInit`.
@@ -70,6 +72,10 @@ impl InPlaceUpdate for OneWay {
             }
             return Ok(InPlace::Applied);
         }
+        if metadata.contains_key("goBack") {
+            self.take(metadata);
+            return Ok(InPlace::Applied);
+        }
         if metadata.contains_key("panicBack") {
             panic!("going back exploded");
         }
@@ -85,6 +91,10 @@ impl InPlaceUpdate for OneWay {
             return Ok(StagedInPlace::AtCommit);
         }
         self.take(metadata);
+        if metadata.contains_key("panicApply") {
+            let apply = || panic!("applying the rest exploded");
+            return Ok(StagedInPlace::Deferred(PendingInPlace::new(apply)));
+        }
         let explode = self.explode.load(Ordering::SeqCst);
         if explode || metadata.contains_key("panicStage") {
             panic!("update exploded half way");

@@ -87,3 +87,39 @@ async fn a_kept_retry_whose_revert_failed_is_recorded_and_held_by_a_reload_that_
     assert_eq!(redactor.scrub(NEW_PASSWORD), "[redacted]", "forgotten");
     reloader.shutdown(None).await;
 }
+
+/// Reloads `candidate`, which must commit; returns its record.
+async fn committed(reloader: &Arc<Reloader>, candidate: Config) -> ReloadRecord {
+    let request = ReloadRequest::new(candidate, Trigger::Api);
+    let record = reloader.reload(request).await;
+    record.unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[tokio::test]
+async fn a_put_back_of_a_component_a_rollback_could_not_undo_is_said_as_a_put_back() {
+    let redactor = Redactor::default();
+    let reloader = reloader_of(original(), one_way_registry(), &redactor).await;
+    // Recorded at rev 2 (its revert to rev 1 failed), which it can go
+    // back to.
+    let error = rolled_back(
+        &reloader,
+        updated(serde_json::json!({"goBack": true}), true),
+    )
+    .await;
+    assert!(error.contains(UNREVERTED_LINE), "{error}");
+    // Rev 3 panics when applied; going back to rev 2 works.
+    let rev_3 = serde_json::json!({"rev": 3, "goBack": true, "panicApply": true});
+    let record = committed(&reloader, updated(rev_3, false)).await;
+    assert_eq!(record.actions.get("custom/h"), Some(&Action::Failed));
+    assert_eq!(served_rev(&reloader), 2);
+    assert!(only_h_marked(&reloader));
+    let (_, statuses) = reloader.running().statuses(&redactor).await;
+    let status = statuses.iter().find(|s| s.name == "h");
+    let note = status.and_then(|s| s.not_as_declared.clone());
+    let note = note.unwrap_or_default();
+    assert!(
+        note.starts_with("an update of it failed and could not be put back"),
+        "{note}"
+    );
+    reloader.shutdown(None).await;
+}
