@@ -26,6 +26,8 @@ use super::transaction::revert;
 use super::Reloader;
 use crate::assemble::AssemblyContext;
 use crate::component::ComponentKey;
+use crate::handle::Instance;
+use crate::metadata::Metadata;
 use crate::running::{HeldToo, Mark, Marks, Running};
 
 /// What a commit left to put back, and the reload's context to do it in
@@ -41,9 +43,16 @@ struct PuttingBack {
     key: ComponentKey,
     /// How its previous entry was restored (or why not), for the record.
     kept: String,
+    /// The metadata the update put back tried, which the instance may
+    /// still run (part of) if the revert fails: then recorded as what may
+    /// run (see [`RunningSet::keep_tried`]).
+    ///
+    /// [`RunningSet::keep_tried`]: crate::running::RunningSet::keep_tried
+    tried: Option<Metadata>,
     /// The restored entry made to hold the new values too, before any
     /// wait: let go of once the revert succeeded.
     holding: Option<HeldToo>,
+    instance: Instance,
     message: String,
 }
 
@@ -77,14 +86,16 @@ impl Reloader {
             let component = previous.assembled.instance.component();
             let metadata = previous.assembled.resolved.clone();
             let updated = self.running.snapshot().components.get(&key).cloned();
-            let new_values = updated.map(|u| u.assembled.resolved.held_secrets());
+            let tried = updated.map(|u| u.assembled.resolved.clone());
             let instance = previous.assembled.instance.clone();
             let kept = self.restore_previous(previous, not_as_declared.get(&key));
             // Held by the running entry before any wait: the instance may
             // use them until its revert answers, even should this reload
             // be dropped meanwhile.
-            let holding = new_values
-                .and_then(|new_values| self.running.hold_too(&key, &instance, new_values));
+            let holding = tried.as_ref().and_then(|tried| {
+                let new_values = tried.held_secrets();
+                self.running.hold_too(&key, &instance, new_values)
+            });
             let index = putting_back.len();
             let (named, cx) = (key.clone(), cx.clone());
             let reapplying =
@@ -93,7 +104,9 @@ impl Reloader {
             putting_back.push(PuttingBack {
                 key,
                 kept,
+                tried,
                 holding,
+                instance,
                 message,
             });
         }
@@ -109,7 +122,9 @@ impl Reloader {
             let PuttingBack {
                 key,
                 kept,
+                tried,
                 holding,
+                instance,
                 message,
             } = put;
             let metadata = match reverted {
@@ -119,8 +134,12 @@ impl Reloader {
                     }
                     "its previous metadata was re-applied"
                 }
-                // The new values stay held as long as it runs.
-                false => "re-applying its previous metadata failed too: it may run with part of the new one",
+                // What may run is recorded, held and marked, for the next
+                // reload to apply its declaration again.
+                false => match tried.is_some_and(|t| self.running.keep_tried(&key, &instance, t)) {
+                    true => "re-applying its previous metadata failed too: it may run with part of the new one, which is recorded as what runs, not as declared, for the next reload to apply its declaration again",
+                    false => "re-applying its previous metadata failed too: it may run with part of the new one",
+                },
             };
             tracing::error!(component = %key, "Staged in-place update panicked when applied; {metadata}; {kept}.");
             lines.push(format!(

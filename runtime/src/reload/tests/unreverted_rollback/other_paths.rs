@@ -96,6 +96,43 @@ async fn committed(reloader: &Arc<Reloader>, candidate: Config) -> ReloadRecord 
 }
 
 #[tokio::test]
+async fn a_put_back_whose_revert_failed_is_recorded_held_and_applied_again_next() {
+    let redactor = Redactor::forgetting_after(Duration::from_millis(50));
+    let reloader = reloader_of(original(), one_way_registry(), &redactor).await;
+    // Staged, the update takes rev 2 and the new password; what is left
+    // to the commit panics, and going back fails.
+    let extra = serde_json::json!({"panicApply": true});
+    let record = committed(&reloader, updated(extra, false)).await;
+    assert_eq!(record.actions.get("custom/h"), Some(&Action::Failed));
+    let error = record.error.unwrap_or_default();
+    assert!(error.contains("recorded as what runs"), "{error}");
+    assert_eq!(served_rev(&reloader), 2);
+    assert_eq!(recorded_rev(&reloader), Some(2));
+    assert!(only_h_marked(&reloader));
+    past_the_grace(&redactor).await;
+    assert_eq!(redactor.scrub(NEW_PASSWORD), "[redacted]", "forgotten");
+
+    // What the running configuration declares is applied again.
+    let record = committed(&reloader, original()).await;
+    let action = record.actions.get("custom/h");
+    assert_eq!(
+        action,
+        Some(&Action::UpdatedInPlace),
+        "{:?}",
+        record.actions
+    );
+    assert_eq!(served_rev(&reloader), 1);
+    assert_eq!(recorded_rev(&reloader), Some(1));
+    assert!(reloader
+        .running()
+        .snapshot()
+        .not_as_declared
+        .keys()
+        .is_empty());
+    reloader.shutdown(None).await;
+}
+
+#[tokio::test]
 async fn a_put_back_of_a_component_a_rollback_could_not_undo_is_said_as_a_put_back() {
     let redactor = Redactor::default();
     let reloader = reloader_of(original(), one_way_registry(), &redactor).await;
