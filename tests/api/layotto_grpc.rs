@@ -426,6 +426,81 @@ async fn state_locks_with_keep_alive_and_secrets() {
     sidecar.stop().await;
 }
 
+/// Layotto's `TryLock` (`pkg/grpc/default_api/api_lock.go`) checks some
+/// lock store configured (`FAILED_PRECONDITION`), the resource, the owner,
+/// then `expire` ("Expire is not positive"), then the store named, all
+/// `INVALID_ARGUMENT`: not Dapr's order (expiry first) nor its
+/// "ExpiryInSeconds". `LockKeepAlive` is checked the same way.
+#[tokio::test]
+async fn lock_requests_are_checked_in_layotto_s_order_with_its_messages() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = runtime(&sidecar).await;
+    let lock = |store: &str, resource: &str, owner: &str, expire: i32| layotto::TryLockRequest {
+        store_name: store.into(),
+        resource_id: resource.into(),
+        lock_owner: owner.into(),
+        expire,
+    };
+    for ((store, resource, owner, expire), expected) in [
+        (
+            ("locks", "", "alice", 0),
+            "ResourceId is empty in lock store locks",
+        ),
+        (
+            ("locks", "r", "", 0),
+            "LockOwner is empty in lock store locks",
+        ),
+        (
+            ("locks", "r", "alice", 0),
+            "Expire is not positive in lock store locks",
+        ),
+        (
+            ("locks", "r", "alice", -5),
+            "Expire is not positive in lock store locks",
+        ),
+        (
+            ("nope", "r", "alice", 0),
+            "Expire is not positive in lock store nope",
+        ),
+        (("nope", "r", "alice", 5), "lock store nope not found"),
+    ] {
+        let what = format!("{store}/{resource}/{owner}/{expire}");
+        let refused = client
+            .try_lock(lock(store, resource, owner, expire))
+            .await
+            .expect_err(&what);
+        assert_eq!(refused.code(), Code::InvalidArgument, "{what}: {refused:?}");
+        assert_eq!(refused.message(), expected, "{what}");
+        let refused = client
+            .lock_keep_alive(layotto::LockKeepAliveRequest {
+                store_name: store.into(),
+                resource_id: resource.into(),
+                lock_owner: owner.into(),
+                expire,
+            })
+            .await
+            .expect_err(&what);
+        assert_eq!(refused.code(), Code::InvalidArgument, "{what}: {refused:?}");
+        assert_eq!(refused.message(), expected, "keep-alive {what}");
+    }
+    sidecar.stop().await;
+
+    // No lock store at all: said before the resource and the expiry.
+    let sidecar = Sidecar::start(
+        r#"{"appId": "shop", "components": {}}"#,
+        ApiOptions::default(),
+    )
+    .await;
+    let mut client = runtime(&sidecar).await;
+    let refused = client
+        .try_lock(lock("locks", "", "", 0))
+        .await
+        .expect_err("no lock store");
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(refused.message(), "lock store is not configured");
+    sidecar.stop().await;
+}
+
 #[tokio::test]
 async fn what_rewire_does_not_offer_is_unimplemented_and_tokens_guard_both_services() {
     let options = ApiOptions {

@@ -1,5 +1,6 @@
 //! Dapr's lock operations: try-lock with an expiry, unlock by owner, with
-//! Dapr's request checks, in Dapr's order and with its messages.
+//! Dapr's request checks, in Dapr's order and with its messages (or, for
+//! Layotto's API, in Layotto's order: [`LockOps::in_layotto_order`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,8 +94,20 @@ impl Call {
         LockOps {
             name: name.to_string(),
             call: self.clone(),
+            order: CheckOrder::Dapr,
         }
     }
+}
+
+/// Where a lease's expiry is checked among a request's checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckOrder {
+    /// Dapr's `TryLockAlpha1`: the expiry first, before anything else.
+    Dapr,
+    /// Layotto's `TryLock` (`pkg/grpc/default_api/api_lock.go`): some lock
+    /// store configured, a resource, an owner, then the expiry, then the
+    /// store named.
+    Layotto,
 }
 
 /// Dapr's lock operations on one store (named by the request) of a call's
@@ -102,15 +115,27 @@ impl Call {
 pub struct LockOps {
     name: String,
     call: Call,
+    order: CheckOrder,
 }
 
 impl LockOps {
+    /// The same operations, checking a lease's expiry where Layotto does:
+    /// after the resource and the owner, before the store named (Dapr
+    /// checks it first). Unlock's checks are the same in both.
+    pub fn in_layotto_order(self) -> Self {
+        Self {
+            order: CheckOrder::Layotto,
+            ..self
+        }
+    }
+
     /// Takes the lock on `resource_id` for `lock_owner` if it is free;
     /// whether it was taken.
     ///
     /// Checked in Dapr's order (`TryLockAlpha1`): a positive expiry, some
     /// lock store configured, a resource, an owner, then the store named;
-    /// then rewire's refusal of `||` in the resource id.
+    /// then rewire's refusal of `||` in the resource id. (In Layotto's
+    /// order the expiry comes after the owner: [`Self::in_layotto_order`].)
     pub async fn try_lock(
         &self,
         resource_id: String,
@@ -171,7 +196,8 @@ impl LockOps {
         resource_id: String,
         lock_owner: String,
     ) -> Result<UnlockStatus, LockOpError> {
-        let store = self.checked_store(&resource_id, &lock_owner)?;
+        self.checked_request(&resource_id, &lock_owner)?;
+        let store = self.named_store(&resource_id)?;
         let shown = echoed(&resource_id).into_owned();
         let request = UnlockRequest {
             resource_id,
@@ -194,19 +220,27 @@ impl LockOps {
     }
 
     /// The store and a lease of `expiry_in_seconds` on `resource_id` for
-    /// `lock_owner`: the expiry is checked first, as Dapr does, then
-    /// [`Self::checked_store`].
+    /// `lock_owner`. The expiry is checked first, as Dapr does, or after
+    /// [`Self::checked_request`], as Layotto does; then
+    /// [`Self::named_store`].
     fn lease(
         &self,
         resource_id: String,
         lock_owner: String,
         expiry_in_seconds: i64,
     ) -> Result<(Arc<dyn Lock>, TryLockRequest), LockOpError> {
-        let seconds = u64::try_from(expiry_in_seconds)
-            .ok()
-            .filter(|s| *s > 0)
-            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.shown_name()))?;
-        let store = self.checked_store(&resource_id, &lock_owner)?;
+        let seconds = match self.order {
+            CheckOrder::Dapr => {
+                let seconds = self.positive_expiry(expiry_in_seconds)?;
+                self.checked_request(&resource_id, &lock_owner)?;
+                seconds
+            }
+            CheckOrder::Layotto => {
+                self.checked_request(&resource_id, &lock_owner)?;
+                self.positive_expiry(expiry_in_seconds)?
+            }
+        };
+        let store = self.named_store(&resource_id)?;
         let request = TryLockRequest {
             resource_id,
             lock_owner,
@@ -215,16 +249,17 @@ impl LockOps {
         Ok((store, request))
     }
 
-    /// Dapr's `lockValidateRequest`, in its order: some lock store
-    /// configured, a resource, an owner, then the store named. Then
-    /// rewire's own check: the resource id cannot hold `||`, since lock
-    /// keys are `lock||{appId}||{resourceId}` (or `lock||{resourceId}`
-    /// with `keyPrefix: none`), so that no resource id makes another's key.
-    fn checked_store(
-        &self,
-        resource_id: &str,
-        lock_owner: &str,
-    ) -> Result<Arc<dyn Lock>, LockOpError> {
+    /// The expiry in seconds, if positive.
+    fn positive_expiry(&self, expiry_in_seconds: i64) -> Result<u64, LockOpError> {
+        u64::try_from(expiry_in_seconds)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| LockOpError::ExpiryNotPositive(self.shown_name()))
+    }
+
+    /// The start of Dapr's `lockValidateRequest` (and Layotto's checks),
+    /// in its order: some lock store configured, a resource, an owner.
+    fn checked_request(&self, resource_id: &str, lock_owner: &str) -> Result<(), LockOpError> {
         let generation = self.call.generation();
         if !generation.iter().any(|(key, _)| key.kind == Kind::Lock) {
             return Err(LockOpError::NotConfigured(self.shown_name()));
@@ -235,6 +270,15 @@ impl LockOps {
         if lock_owner.is_empty() {
             return Err(LockOpError::LockOwnerEmpty(self.shown_name()));
         }
+        Ok(())
+    }
+
+    /// The store named, looked up after the request's checks, as Dapr and
+    /// Layotto do. Then rewire's own check: the resource id cannot hold
+    /// `||`, since lock keys are `lock||{appId}||{resourceId}` (or
+    /// `lock||{resourceId}` with `keyPrefix: none`), so that no resource
+    /// id makes another's key.
+    fn named_store(&self, resource_id: &str) -> Result<Arc<dyn Lock>, LockOpError> {
         let Some(Instance::Lock(store)) = self.call.instance(Kind::Lock, &self.name) else {
             return Err(LockOpError::NotFound(self.shown_name()));
         };
@@ -394,6 +438,73 @@ mod tests {
             "{unlocked:?}"
         );
         runtime.shutdown().await;
+    }
+
+    /// The error of a try-lock and of a keep-alive on `store` in Layotto's
+    /// order, as their messages (the same for both).
+    async fn refused_in_layotto_order(
+        runtime: &Runtime,
+        store: &str,
+        resource: &str,
+        owner: &str,
+        expiry: i64,
+    ) -> String {
+        let ops = Call::new(runtime, StoreLabel::default())
+            .lock_store(store)
+            .in_layotto_order();
+        let locked = match ops.try_lock(resource.into(), owner.into(), expiry).await {
+            Ok(taken) => panic!("{store}/{resource}/{owner}/{expiry}: taken {taken}"),
+            Err(e) => e.to_string(),
+        };
+        let renewed = match ops.keep_alive(resource.into(), owner.into(), expiry).await {
+            Ok(status) => panic!("{store}/{resource}/{owner}/{expiry}: renewed {status:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(locked, renewed, "{store}/{resource}/{owner}/{expiry}");
+        locked
+    }
+
+    /// Layotto's `TryLock` checks some lock store configured, the
+    /// resource, the owner, then the expiry, then the store named: the
+    /// expiry no longer comes first. None reaches the store.
+    #[tokio::test]
+    async fn layotto_order_checks_the_expiry_after_the_owner_and_before_the_store() {
+        let configured =
+            runtime(r#"{"components": {"lock": {"locks": {"type": "test.dapr.counted_lock"}}}}"#)
+                .await;
+        let asked = ASKED.load(Ordering::SeqCst);
+        for ((store, resource, owner, expiry), expected) in [
+            (
+                ("locks", "", "", 0),
+                "ResourceId is empty in lock store locks",
+            ),
+            (
+                ("locks", "r", "", -1),
+                "LockOwner is empty in lock store locks",
+            ),
+            (
+                ("locks", "r", "o", 0),
+                "ExpiryInSeconds is not positive in lock store locks",
+            ),
+            (
+                ("nope", "r", "o", 0),
+                "ExpiryInSeconds is not positive in lock store nope",
+            ),
+            (("nope", "r", "o", 5), "lock store nope not found"),
+        ] {
+            let message =
+                refused_in_layotto_order(&configured, store, resource, owner, expiry).await;
+            assert_eq!(message, expected, "{store}/{resource}/{owner}/{expiry}");
+        }
+        assert_eq!(ASKED.load(Ordering::SeqCst), asked, "the store was asked");
+        configured.shutdown().await;
+
+        let unconfigured = runtime(r#"{"components": {}}"#).await;
+        assert_eq!(
+            refused_in_layotto_order(&unconfigured, "locks", "", "", 0).await,
+            "lock store is not configured"
+        );
+        unconfigured.shutdown().await;
     }
 
     #[tokio::test]

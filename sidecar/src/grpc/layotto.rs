@@ -1,12 +1,13 @@
 //! Layotto's `spec.proto.runtime.v1.Runtime` service: a third thin adapter
 //! over the shared operations. State, locks and secrets are Dapr's messages
 //! under another package and go through the Dapr handlers
-//! (`layotto_convert`); configuration has Layotto's own shape (group,
-//! label, app id, writes, a bidirectional subscription: `layotto_config`);
-//! pub/sub goes through the Dapr handlers and the shared delivery engine
-//! (`layotto_pubsub`), the sequencer and files through the shared
-//! operations (`layotto_file`). What rewire does not offer answers
-//! `UNIMPLEMENTED` saying so.
+//! (`layotto_convert`; a lease's checks in Layotto's order and words:
+//! `dapr_lock::layotto_try_lock`); configuration has Layotto's own shape
+//! (group, label, app id, writes, a bidirectional subscription:
+//! `layotto_config`); pub/sub goes through the Dapr handlers and the
+//! shared delivery engine (`layotto_pubsub`), the sequencer and files
+//! through the shared operations (`layotto_file`). What rewire does not
+//! offer answers `UNIMPLEMENTED` saying so.
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
@@ -157,7 +158,7 @@ impl Runtime for LayottoApi {
             "layotto.TryLock",
             request,
             |call, req| async move {
-                let answer = dapr_lock::try_lock(call, convert::try_lock(req)).await?;
+                let answer = dapr_lock::layotto_try_lock(call, convert::try_lock(req)).await?;
                 Ok(pb::TryLockResponse {
                     success: answer.success,
                 })
@@ -188,10 +189,13 @@ impl Runtime for LayottoApi {
             "layotto.LockKeepAlive",
             request,
             |call, req| async move {
-                let store = call.lock_store(&req.store_name);
+                // Checked as Layotto's `TryLock` (its own `LockKeepAlive`
+                // answers nothing).
+                let store = call.lock_store(&req.store_name).in_layotto_order();
                 let status = store
                     .keep_alive(req.resource_id, req.lock_owner, i64::from(req.expire))
-                    .await?;
+                    .await
+                    .map_err(dapr_lock::layotto_status)?;
                 let status = match status {
                     UnlockStatus::Success => KeepAliveCode::Success,
                     UnlockStatus::LockDoesNotExist => KeepAliveCode::LockUnexist,
