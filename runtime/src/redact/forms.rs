@@ -6,8 +6,11 @@
 //! on one line (a password, a token, a key: what goes in a URL or is
 //! quoted twice), percent-encoded three ways and escaped twice, where
 //! these differ from the raw value; on several lines (a PEM key, a
-//! kubeconfig), each line of at least [`MIN_LINE_CHARS`] characters on
-//! its own, for a value logged a line at a time or escaped twice (`\\n`).
+//! service account's JSON), each line of base64 or hex of at least
+//! [`MIN_LINE_CHARS`] characters on its own, and the last line of a PEM
+//! body however short, for a value logged a line at a time or escaped
+//! twice (`\\n`); other lines (`"type": "service_account",`) are no
+//! secret on their own.
 //! Larger values (CA bundles, certificate chains) keep the first forms
 //! only, so that the limits' promises for them hold (`limits`).
 
@@ -23,7 +26,7 @@ use super::MIN_SCRUBBED_LEN;
 pub(super) const EXTRA_FORMS_UP_TO: usize = 64 * 1024;
 
 /// A line of a multi-line value shorter than this, in characters, is not
-/// remembered on its own: short lines (`}`, `kind: Config`) are no
+/// remembered on its own (but the last of a PEM body): short lines are no
 /// secret, and would be scrubbed from every text they appear in.
 const MIN_LINE_CHARS: usize = 16;
 
@@ -40,14 +43,14 @@ pub(crate) fn forms_to_scrub(value: &str) -> Vec<String> {
     let trimmed = value.trim();
     if (MIN_SCRUBBED_LEN..=EXTRA_FORMS_UP_TO).contains(&trimmed.len()) {
         if trimmed.contains('\n') {
-            forms.extend(lines_of(trimmed).map(str::to_string));
+            forms.extend(lines_of(trimmed).into_iter().map(str::to_string));
         } else {
             forms.extend(percent_encoded_forms(trimmed));
             forms.extend(escaped_twice(trimmed));
             // A one-line value that holds escaped line breaks (a PEM key
             // in an environment variable) is printed a line at a time
             // once they are read.
-            forms.extend(lines_of(trimmed).map(str::to_string));
+            forms.extend(lines_of(trimmed).into_iter().map(str::to_string));
         }
     }
     forms.sort();
@@ -133,18 +136,45 @@ fn percent_encoded(value: &str, kept: impl Fn(u8) -> bool, space: &str) -> Strin
     out
 }
 
-/// The lines of `value`, split at line breaks written or escaped (`\n`
-/// as two characters), trimmed, of at least [`MIN_LINE_CHARS`]
-/// characters and not a PEM armour line (`-----BEGIN …-----`, the same
-/// in every key); none where `value` is one line.
-fn lines_of(value: &str) -> impl Iterator<Item = &str> {
-    let lines = value.split('\n').flat_map(|line| line.split("\\n"));
-    let several = lines.clone().nth(1).is_some();
-    lines
-        .filter(move |_| several)
+/// The lines of `value` to remember on their own, split at line breaks
+/// written or escaped (`\n` as two characters), trimmed: those of base64
+/// or hex ([`is_encoded`]) of at least [`MIN_LINE_CHARS`] characters, and
+/// the last line of a PEM body (just before `-----END …`) of at least
+/// [`MIN_SCRUBBED_LEN`]; none where `value` is one line. A PEM armour line
+/// (`-----BEGIN …-----`, the same in every key) is none of them.
+fn lines_of(value: &str) -> Vec<&str> {
+    let lines: Vec<&str> = value
+        .split('\n')
+        .flat_map(|line| line.split("\\n"))
         .map(|line| line.strip_suffix("\\r").unwrap_or(line).trim())
-        .filter(|line| line.chars().count() >= MIN_LINE_CHARS)
-        .filter(|line| !(line.starts_with("-----") && line.ends_with("-----")))
+        .collect();
+    if lines.len() < 2 {
+        return Vec::new();
+    }
+    let ends_a_pem_body = |at: usize| {
+        lines
+            .get(at + 1)
+            .is_some_and(|next| next.starts_with("-----END"))
+    };
+    lines
+        .iter()
+        .enumerate()
+        .filter(|&(at, line)| {
+            is_encoded(line)
+                && (line.len() >= MIN_LINE_CHARS
+                    || (ends_a_pem_body(at) && line.len() >= MIN_SCRUBBED_LEN))
+        })
+        .map(|(_, line)| *line)
+        .collect()
+}
+
+/// Whether `line` is base64 (standard or URL-safe, padded or not) or hex:
+/// `A-Z`, `a-z`, `0-9`, `+`, `/`, `=`, `_`, `-` only (no blank, quote or
+/// colon), and not all `-` (an armour's dashes).
+fn is_encoded(line: &str) -> bool {
+    line.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b))
+        && !line.bytes().all(|b| b == b'-')
 }
 
 #[cfg(test)]
@@ -172,7 +202,7 @@ mod tests {
     fn a_multi_line_value_is_remembered_line_by_line_but_not_its_armour() {
         let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC";
         let pem = format!(
-            "-----BEGIN PRIVATE KEY-----\r\n{body}\r\nshort\r\n-----END PRIVATE KEY-----\n"
+            "-----BEGIN PRIVATE KEY-----\r\nshort\r\n{body}\r\n-----END PRIVATE KEY-----\n"
         );
         let forms = forms_to_scrub(&pem);
         assert!(forms.iter().any(|f| f == body), "{forms:?}");
@@ -195,5 +225,28 @@ mod tests {
         assert_eq!(forms_to_scrub(&bundle).len(), 4);
         let token = "a b".repeat(EXTRA_FORMS_UP_TO / 3 + 1);
         assert_eq!(forms_to_scrub(&token), [token]);
+    }
+
+    #[test]
+    fn only_encoded_lines_of_a_multi_line_value_are_remembered_on_their_own() {
+        let key_line = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+        let account = format!(
+            "{{\n  \"type\": \"service_account\",\n  \"project_id\": \"payments-prod\",\n  \
+             \"private_key\": \"-----BEGIN PRIVATE KEY-----\\n{key_line}\\nAbCd==\\n-----END PRIVATE KEY-----\\n\",\n  \
+             \"auth_uri\": \"https://accounts.google.com/o/oauth2/auth\",\n}}"
+        );
+        let forms = forms_to_scrub(&account);
+        for plain in [
+            "\"type\": \"service_account\",",
+            "\"auth_uri\": \"https://accounts.google.com/o/oauth2/auth\",",
+        ] {
+            assert!(!forms.iter().any(|f| f == plain), "{plain}: {forms:?}");
+        }
+        assert!(forms.iter().any(|f| f == key_line), "{forms:?}");
+        // The last line of the PEM body, however short, is remembered.
+        assert!(forms.iter().any(|f| f == "AbCd=="), "{forms:?}");
+        let pem =
+            format!("-----BEGIN PRIVATE KEY-----\n{key_line}\nAbCd==\n-----END PRIVATE KEY-----\n");
+        assert!(forms_to_scrub(&pem).iter().any(|f| f == "AbCd=="));
     }
 }

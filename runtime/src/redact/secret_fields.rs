@@ -90,8 +90,48 @@ const PLAIN_KEYS: &[&str] = &[
     "min",
     "num",
     "total",
+    "number",
+    "of",
+    "count",
     "allowed",
 ];
+
+/// Kinds of key whose plural names a list of secrets (`encryptionKeys`,
+/// `signingKeys`); any other `…Keys` lists key names or counts them
+/// (`watchKeys`, `includeKeys`, `numberOfKeys`). `apiKeys`, `accessKeys`
+/// hold a secret word already ([`secret_words_from`]).
+const SECRET_KEY_LISTS: &[&str] = &[
+    "encryption",
+    "decryption",
+    "signing",
+    "master",
+    "account",
+    "primary",
+    "secondary",
+    "sas",
+    "shared",
+    "admin",
+    "hmac",
+    "jwt",
+    "crypto",
+    "cipher",
+];
+
+/// Words that, just before `auth` or `authorization` or first in the
+/// name, make it a flag or a scheme rather than credentials
+/// (`enableAuth`, `requireAuth`, `noAuth`, `useBasicAuth`; `oauth`).
+const NOT_CREDENTIALS_WORDS: &[&str] = &[
+    "enable", "enabled", "disable", "disabled", "use", "uses", "skip", "require", "required",
+    "requires", "no", "allow", "allows", "with", "without", "has", "is", "need", "needs",
+];
+
+/// Values that are a flag or nothing: never a secret, whatever the
+/// field's name (compared trimmed, ignoring case).
+const FLAG_VALUES: &[&str] = &["true", "false", "yes", "no", "on", "off", "none"];
+
+/// A number of fewer digits than this, in a field named like a key,
+/// credentials or a DSN, is a count or a port, not a secret.
+const MIN_SECRET_DIGITS: usize = 8;
 
 /// Words a name ends with where its value is credentials, or a group of
 /// fields around them (`auth`, `basicAuth`, `authorization`); not
@@ -124,23 +164,30 @@ const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 /// - contains `password`, `passwd`, `passphrase`, `secret`, `token`,
 ///   `apikey`, `accesskey`, `privatekey`, `clientkey`, `credential` or
 ///   `connectionstring`;
-/// - or ends with `key` or `keys` (`accountKey`, `masterKey`, `sasKey`,
-///   `signingKey`), maybe followed by its encoding (`keyPem`,
-///   `keyBase64`), but for a kind of key that names or counts something
-///   (`partitionKey`, `routingKey`, `hashKey`, `publicKey`, `releaseKey`,
-///   `maxKeys`; `keyPrefix` does not end with `key`);
+/// - or ends with the word `key` (`accountKey`, `masterKey`, `sasKey`,
+///   `signing_key`, `key`; not `hotkey`), maybe followed by its encoding
+///   (`keyPem`, `keyBase64`), but for a kind of key that names or counts
+///   something (`partitionKey`, `routingKey`, `hashKey`, `publicKey`,
+///   `releaseKey`; `keyPrefix` does not end with `key`); or with the word
+///   `keys` after a kind of key that is a secret (`encryptionKeys`;
+///   not `watchKeys`, `numberOfKeys`);
 /// - or ends with `dsn` (`sentryDsn`);
-/// - or ends with `auth` or `authorization` (`basicAuth`; not `oauth`):
-///   credentials, hidden unless they are a group of fields (`auth: {user,
-///   password}`), each of which is then judged by its own name;
+/// - or ends with `auth` or `authorization` (`basicAuth`; not `oauth`,
+///   nor a flag: `enableAuth`, `noAuth`, `useBasicAuth`): credentials,
+///   hidden unless they are a group of fields (`auth: {user, password}`),
+///   each of which is then judged by its own name;
 ///
 /// and does not end like a pointer to a secret (`file`, `path`, `dir`,
 /// `store`, `storeName`, `ref`, `name`, and their plurals:
 /// `connectionStringName`, `secretKeyRef`).
 ///
 /// The value of such a field, written inline, is shown as `[secret]` in
-/// the status and scrubbed from logs and errors; a secret should still come
-/// through a `secretRef`.
+/// the status and scrubbed from logs and errors, unless it is a flag or
+/// nothing (`true`, `off`, `none`, empty), or, for a name matched by its
+/// `key`, `keys`, `auth` or `dsn` ending, a number of fewer than 8 digits;
+/// a bare `key` only at the top of the metadata (not in a list of
+/// `{key, value}` labels). A secret should still come through a
+/// `secretRef`.
 ///
 /// ```
 /// use rewire_runtime::is_secret_field;
@@ -150,7 +197,7 @@ const LISTS_OF_SECRET_NAMES: &[&str] = &["allowedsecrets"];
 ///     assert!(is_secret_field(secret), "{secret}");
 /// }
 /// for plain in ["keyPrefix", "redisUsername", "secretsFile", "secret_store", "releaseKey",
-///     "partitionKey", "maxKeys", "connectionStringName"] {
+///     "partitionKey", "maxKeys", "connectionStringName", "enableAuth", "numberOfKeys", "hotkey"] {
 ///     assert!(!is_secret_field(plain), "{plain}");
 /// }
 /// ```
@@ -163,8 +210,11 @@ pub fn is_secret_field(name: &str) -> bool {
 enum Named {
     /// Nothing secret.
     Plain,
-    /// A secret, whatever its value: hidden whole.
+    /// A secret, whatever its value but a flag: hidden whole.
     Secret,
+    /// A key or a DSN, by the name's ending: hidden whole, but a flag or
+    /// a short number (a count, a port).
+    KeyOrDsn,
     /// Credentials (`auth`): a value is hidden, a group of fields is not,
     /// each of them judged by its own name.
     Credentials,
@@ -172,13 +222,14 @@ enum Named {
 
 /// What the field `name` says its value is (see [`is_secret_field`]).
 fn named(name: &[u8]) -> Named {
-    let kind = if has_a_secret_word(name)
-        || ends_in_a_key(name)
+    let kind = if has_a_secret_word(name) {
+        Named::Secret
+    } else if ends_in_a_key(name)
         || SECRET_ENDINGS
             .iter()
             .any(|end| spelled_before(name, name.len(), end).is_some())
     {
-        Named::Secret
+        Named::KeyOrDsn
     } else if ends_in_credentials(name) {
         Named::Credentials
     } else {
@@ -190,13 +241,54 @@ fn named(name: &[u8]) -> Named {
     kind
 }
 
-/// Whether the field `name`, holding `value`, is hidden whole: named like
-/// a secret, or like credentials and holding no group of fields.
-fn hides(name: &str, value: &Value) -> bool {
+/// Whether the field `name`, holding `value`, is hidden whole (`top`: a
+/// field of the metadata itself, not inside a list or a group): named like
+/// a secret and holding no flag; named like a key or a DSN and holding
+/// neither a flag nor a short number; named like credentials and holding
+/// none of these nor a group of fields. A bare `key` inside a list or a
+/// group (`labels: [{key, value}]`) names something.
+pub(crate) fn hides(name: &str, value: &Value, top: bool) -> bool {
+    if !top && name.eq_ignore_ascii_case("key") {
+        return false;
+    }
     match named(name.as_bytes()) {
         Named::Plain => false,
-        Named::Secret => true,
-        Named::Credentials => !value.is_object(),
+        Named::Secret => !is_a_flag(value),
+        Named::KeyOrDsn => !is_a_flag(value) && !is_a_short_number(value),
+        Named::Credentials => !value.is_object() && !is_a_flag(value) && !is_a_short_number(value),
+    }
+}
+
+/// Whether `value` is a flag or nothing: a boolean, or a string of
+/// [`FLAG_VALUES`] or blank.
+fn is_a_flag(value: &Value) -> bool {
+    match value {
+        Value::Bool(_) => true,
+        Value::String(s) => is_a_flag_text(s),
+        _ => false,
+    }
+}
+
+/// Whether `text` is one of [`FLAG_VALUES`] or blank.
+fn is_a_flag_text(text: &str) -> bool {
+    let text = text.trim();
+    text.is_empty()
+        || FLAG_VALUES
+            .iter()
+            .any(|flag| text.eq_ignore_ascii_case(flag))
+}
+
+/// Whether `value` is a number of fewer than [`MIN_SECRET_DIGITS`]
+/// digits, written as a number or as a string of digits.
+fn is_a_short_number(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .is_some_and(|n| n < 10u64.pow(MIN_SECRET_DIGITS as u32 - 1)),
+        Value::String(s) => {
+            !s.is_empty() && s.len() < MIN_SECRET_DIGITS && s.bytes().all(|b| b.is_ascii_digit())
+        }
+        _ => false,
     }
 }
 
@@ -211,31 +303,58 @@ fn has_a_secret_word(name: &[u8]) -> bool {
     })
 }
 
-/// Whether `name` ends with `key` or `keys`, maybe followed by one of
-/// [`KEY_FORMATS`], and not after one of [`PLAIN_KEYS`].
+/// Whether `name` ends with the word `key`, maybe followed by one of
+/// [`KEY_FORMATS`], and not after one of [`PLAIN_KEYS`]; or with the word
+/// `keys` after one of [`SECRET_KEY_LISTS`].
 fn ends_in_a_key(name: &[u8]) -> bool {
     let format_at = KEY_FORMATS
         .iter()
         .find_map(|format| spelled_before(name, name.len(), format))
         .filter(|&at| spelled_before(name, at, "key").is_some());
     let end = format_at.unwrap_or(name.len());
-    let Some(key_at) =
-        spelled_before(name, end, "key").or_else(|| spelled_before(name, end, "keys"))
-    else {
-        return false;
+    let (key_at, plural) = match spelled_before(name, end, "key") {
+        Some(at) => (at, false),
+        None => match spelled_before(name, end, "keys") {
+            Some(at) => (at, true),
+            None => return false,
+        },
     };
+    // A word of its own: `hotkey` and `monkey` hold no key.
+    if !starts_a_word(name, key_at) {
+        return false;
+    }
     // A word of its own: `adminKey` and `sentryKey` are no `min` or
     // `entry` key.
-    !PLAIN_KEYS
-        .iter()
-        .any(|kind| spelled_before(name, key_at, kind).is_some_and(|at| starts_a_word(name, at)))
+    let after_a_word_of = |words: &[&str]| {
+        words.iter().any(|kind| {
+            spelled_before(name, key_at, kind).is_some_and(|at| starts_a_word(name, at))
+        })
+    };
+    if plural {
+        after_a_word_of(SECRET_KEY_LISTS)
+    } else {
+        !after_a_word_of(PLAIN_KEYS)
+    }
 }
 
-/// Whether `name` ends with one of [`CREDENTIALS_ENDINGS`], not `oauth`.
+/// Whether `name` ends with one of [`CREDENTIALS_ENDINGS`], not `oauth`,
+/// nor after one of [`NOT_CREDENTIALS_WORDS`] or starting with one.
 fn ends_in_credentials(name: &[u8]) -> bool {
+    let starts_with_a_flag_word = NOT_CREDENTIALS_WORDS.iter().any(|word| {
+        let len = word.len();
+        name.len() > len
+            && name[..len].eq_ignore_ascii_case(word.as_bytes())
+            && (matches!(name[len], b'_' | b'-' | b'.') || starts_a_word(name, len))
+    });
+    if starts_with_a_flag_word {
+        return false;
+    }
     CREDENTIALS_ENDINGS.iter().any(|end| {
         spelled_before(name, name.len(), end).is_some_and(|at| {
-            !spelled_before(name, at, "o").is_some_and(|o| starts_a_word(name, o))
+            !NOT_CREDENTIALS_WORDS
+                .iter()
+                .chain(&["o"])
+                .any(|word| spelled_before(name, at, word).is_some_and(|w| starts_a_word(name, w)))
         })
     })
 }
@@ -313,15 +432,26 @@ pub(crate) fn shown_fields(
     metadata: &Map<String, Value>,
     secret: &BTreeSet<String>,
 ) -> Map<String, Value> {
+    shown_fields_at(metadata, secret, true)
+}
+
+/// [`shown_fields`] of the fields `metadata`, the metadata itself where
+/// `top`, else a group inside it.
+fn shown_fields_at(
+    metadata: &Map<String, Value>,
+    secret: &BTreeSet<String>,
+    top: bool,
+) -> Map<String, Value> {
     metadata
         .iter()
         .map(|(field, value)| {
-            let hidden = secret.contains(field) || hides(field, value);
+            let hidden = secret.contains(field) || hides(field, value, top);
             (field.clone(), shown_field(hidden, value))
         })
         .collect()
 }
 
+/// `value` as it may be shown (`hidden`: its field is hidden whole).
 fn shown_field(hidden: bool, value: &Value) -> Value {
     match value {
         Value::Null => Value::Null,
@@ -329,7 +459,7 @@ fn shown_field(hidden: bool, value: &Value) -> Value {
         _ if hidden => Value::String(SHOWN_SECRET.into()),
         Value::String(s) => Value::String(without_credentials(s).into_owned()),
         Value::Array(items) => Value::Array(items.iter().map(|v| shown_field(false, v)).collect()),
-        Value::Object(fields) => Value::Object(shown_fields(fields, &BTreeSet::new())),
+        Value::Object(fields) => Value::Object(shown_fields_at(fields, &BTreeSet::new(), false)),
         other => other.clone(),
     }
 }
@@ -339,19 +469,20 @@ fn shown_field(hidden: bool, value: &Value) -> Value {
 pub(crate) fn secret_field_values(metadata: &Map<String, Value>) -> Vec<String> {
     let mut values = Vec::new();
     for (field, value) in metadata {
-        collect(field, false, value, &mut values);
+        collect(field, true, false, value, &mut values);
     }
     values
 }
 
-/// Adds the secret values of the field `field` holding `value` (`secret`:
-/// a field around it is named like a secret). Its name is read only when
+/// Adds the secret values of the field `field` holding `value` (`top`: a
+/// field of the metadata itself; `secret`: a field around it is named like
+/// a secret). A flag or nothing is never one. Its name is read only when
 /// its value could be scrubbed: a value shorter than the redactor
 /// scrubs, a flag or nothing need not be told apart (this runs for every
 /// field of every component assembled).
-fn collect(field: &str, secret: bool, value: &Value, values: &mut Vec<String>) {
+fn collect(field: &str, top: bool, secret: bool, value: &Value, values: &mut Vec<String>) {
     let scrubbable = match value {
-        Value::String(s) => s.len() >= super::MIN_SCRUBBED_LEN,
+        Value::String(s) => s.len() >= super::MIN_SCRUBBED_LEN && !is_a_flag_text(s),
         Value::Number(n) => n.as_u64().is_none_or(|n| n >= 1000),
         Value::Array(_) | Value::Object(_) => true,
         Value::Null | Value::Bool(_) => false,
@@ -359,18 +490,18 @@ fn collect(field: &str, secret: bool, value: &Value, values: &mut Vec<String>) {
     if !scrubbable {
         return;
     }
-    let secret = secret || hides(field, value);
+    let secret = secret || hides(field, value, top);
     match value {
         Value::String(s) if secret => values.push(s.clone()),
         Value::Number(n) if secret => values.push(n.to_string()),
         Value::Array(items) => {
             for item in items {
-                collect("", secret, item, values);
+                collect("", false, secret, item, values);
             }
         }
         Value::Object(fields) => {
             for (field, v) in fields {
-                collect(field, secret, v, values);
+                collect(field, false, secret, v, values);
             }
         }
         _ => {}
@@ -569,5 +700,67 @@ mod tests {
         let mut values = secret_field_values(&metadata);
         values.sort();
         assert_eq!(values, ["4242", "hunter2", "nested", "t-one", "t-two"]);
+    }
+
+    #[test]
+    fn flags_counts_and_lists_of_key_names_are_not_secret() {
+        let plain = [
+            "enableAuth",
+            "requireAuth",
+            "skipAuth",
+            "noAuth",
+            "no_auth",
+            "useBasicAuth",
+            "numberOfKeys",
+            "watchKeys",
+            "includeKeys",
+            "hotkey",
+            "monkey",
+        ];
+        for name in plain {
+            assert!(!is_secret_field(name), "{name}");
+        }
+        for secret in [
+            "accountKey",
+            "masterKey",
+            "connectionString",
+            "basicAuth",
+            "auth",
+            "apiKeys",
+        ] {
+            assert!(is_secret_field(secret), "{secret}");
+        }
+    }
+
+    #[test]
+    fn a_flag_a_short_count_or_a_label_key_is_never_remembered() {
+        let metadata = json!({
+            "enableAuth": "true",
+            "labels": [{"key": "team", "value": "payments"}],
+            "tags": {"key": "region"},
+            "accountKey": "5000",
+            "sasKey": 5000,
+            "basicAuth": "false",
+            "password": "none",
+            "masterKey": "12345678",
+        });
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        assert_eq!(secret_field_values(&metadata), ["12345678"]);
+        let shown = Value::Object(shown_fields(&metadata, &BTreeSet::new()));
+        assert_eq!(
+            shown["labels"],
+            json!([{"key": "team", "value": "payments"}])
+        );
+        assert_eq!(shown["accountKey"], json!("5000"));
+        assert_eq!(shown["basicAuth"], json!("false"));
+        assert_eq!(shown["masterKey"], json!("[secret]"));
+        // The request of the task, as written.
+        let metadata = json!({"enableAuth": "true", "labels": [{"key": "team", "value": "x"}]});
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        assert!(secret_field_values(&metadata).is_empty());
+        // A bare `key` at the top of the metadata is still a secret.
+        let metadata = json!({"key": "s3cr3t-value"});
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        assert_eq!(secret_field_values(&metadata), ["s3cr3t-value"]);
     }
 }

@@ -5,11 +5,12 @@
 
 use crate::config::ComponentSpec;
 use crate::metadata::MetadataError;
-use crate::redact::is_secret_field;
+use crate::redact::hides_field_value;
 
 /// `message` about the metadata field at `path`, without the value it
-/// may quote where that field, or one around it, is named like a secret
-/// ([`is_secret_field`]) or is fed by a secretRef; `None` where the
+/// may quote where that field, or one around it, is hidden as a secret
+/// (as the status hides it: [`hides_field_value`]) or is fed by a
+/// secretRef; `None` where the
 /// message can stand.
 pub(super) fn hiding_secret_value(spec: &ComponentSpec, err: &MetadataError) -> Option<String> {
     let MetadataError::Invalid { field, message } = err else {
@@ -69,20 +70,22 @@ pub(super) fn refs_panic_problem(message: &str) -> String {
     )
 }
 
-/// Whether `value`, the field `name`, is a non-empty value of a field
-/// named like a secret or holds one inside.
+/// Whether `value`, the top field `name`, is a non-empty value hidden as a
+/// secret ([`hides_field_value`]) or holds one inside.
 fn holds_an_inline_secret(name: &str, value: &serde_json::Value) -> bool {
     use serde_json::Value;
     // Iterative: a deeply nested value must not exhaust the stack.
-    let mut pending = vec![(name, value)];
-    while let Some((name, value)) = pending.pop() {
+    let mut pending = vec![(name, value, true)];
+    while let Some((name, value, top)) = pending.pop() {
         let empty = matches!(value, Value::Null) || value.as_str().is_some_and(str::is_empty);
-        if is_secret_field(name) && !empty {
+        if hides_field_value(name, value, top) && !empty {
             return true;
         }
         match value {
-            Value::Object(fields) => pending.extend(fields.iter().map(|(n, v)| (n.as_str(), v))),
-            Value::Array(items) => pending.extend(items.iter().map(|item| (name, item))),
+            Value::Object(fields) => {
+                pending.extend(fields.iter().map(|(n, v)| (n.as_str(), v, false)))
+            }
+            Value::Array(items) => pending.extend(items.iter().map(|item| (name, item, false))),
             _ => {}
         }
     }
@@ -90,11 +93,39 @@ fn holds_an_inline_secret(name: &str, value: &serde_json::Value) -> bool {
 }
 
 /// Whether the field at `path` (`a.b`, `a[0]`) is, or is inside, a field
-/// named like a secret, or is injected by a secretRef.
+/// hidden as a secret ([`hides_field_value`], by its name and the value
+/// the metadata gives it: `auth` holding a group of fields is not), or is
+/// injected by a secretRef.
 fn holds_a_secret(spec: &ComponentSpec, path: &str) -> bool {
-    let mut names = path.split(['.', '[']).filter(|name| !name.is_empty());
+    use serde_json::Value;
     let top = path.split(['.', '[']).next().unwrap_or_default();
-    names.any(is_secret_field) || spec.secret_refs.iter().any(|r| r.inject_as == top)
+    if spec.secret_refs.iter().any(|r| r.inject_as == top) {
+        return true;
+    }
+    // Where the path leaves the metadata (a field it lacks), the field is
+    // judged as holding a value: hidden if named like a secret.
+    let missing = Value::Null;
+    let mut fields = Some(&spec.metadata);
+    let mut items: Option<&Vec<Value>> = None;
+    for (depth, step) in path
+        .split(['.', '['])
+        .filter(|step| !step.is_empty())
+        .enumerate()
+    {
+        if let Some(index) = step.strip_suffix(']') {
+            let item = index.parse::<usize>().ok().and_then(|i| items?.get(i));
+            fields = item.and_then(Value::as_object);
+            items = item.and_then(Value::as_array);
+            continue;
+        }
+        let value = fields.and_then(|f| f.get(step)).unwrap_or(&missing);
+        if hides_field_value(step, value, depth == 0) {
+            return true;
+        }
+        fields = value.as_object();
+        items = value.as_array();
+    }
+    false
 }
 
 #[cfg(test)]
@@ -235,6 +266,62 @@ mod tests {
         assert_eq!(
             found,
             ["probe/p: metadata field `api_token`: required but missing"]
+        );
+    }
+
+    /// A declaration of `metadata` (a JSON object), without refs.
+    fn spec_of(metadata: serde_json::Value) -> crate::config::ComponentSpec {
+        crate::config::ComponentSpec {
+            key: crate::ComponentKey::new("probe", "p"),
+            type_name: "probe".into(),
+            metadata: metadata.as_object().cloned().unwrap_or_default(),
+            component_refs: Vec::new(),
+            secret_refs: Vec::new(),
+            configuration_refs: Vec::new(),
+            scopes: None,
+        }
+    }
+
+    /// A serde complaint about the field at `field`, quoting `quoted`.
+    fn quoting(field: &str, quoted: &str) -> crate::metadata::MetadataError {
+        crate::metadata::MetadataError::Invalid {
+            field: field.into(),
+            message: format!("invalid type: string \"{quoted}\", expected u16"),
+        }
+    }
+
+    #[test]
+    fn a_group_of_fields_under_auth_or_a_label_key_is_judged_by_its_own_names() {
+        use super::hiding_secret_value;
+        let spec = spec_of(serde_json::json!({
+            "auth": {"port": "http", "password": "pw"},
+            "labels": [{"key": "team"}],
+            "basicAuth": "user:pw",
+        }));
+        // `auth` holds a group of fields: its `port` is no secret.
+        assert_eq!(
+            hiding_secret_value(&spec, &quoting("auth.port", "http")),
+            None
+        );
+        assert_eq!(
+            hiding_secret_value(&spec, &quoting("labels[0].key", "team")),
+            None
+        );
+        // Its password, and credentials written inline, are.
+        for field in ["auth.password", "basicAuth"] {
+            let hidden = hiding_secret_value(&spec, &quoting(field, "pw"));
+            assert!(hidden.is_some_and(|h| !h.contains("pw\"")), "{field}");
+        }
+        // A flag named like credentials is quoted; a panic message too.
+        let spec = spec_of(serde_json::json!({"enableAuth": "true", "labels": [{"key": "team"}]}));
+        assert_eq!(
+            hiding_secret_value(&spec, &quoting("enableAuth", "true")),
+            None
+        );
+        let found = panic_problems(r#"{"enableAuth": "true", "labels": [{"key": "team"}]}"#);
+        assert_eq!(
+            found,
+            ["probe/p: metadata check panicked: cannot use token tok-1234-abcd for this endpoint"]
         );
     }
 }
