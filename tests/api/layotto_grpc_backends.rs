@@ -1,18 +1,22 @@
 //! Layotto's API over real backends: state and locks on a real
 //! redis-server (the same Dapr layout Layotto uses), configuration with
 //! group and label on a real etcd, WEAK and STRONG ids from a real
-//! redis-server.
+//! redis-server; and over a backend that never answers a subscribe.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use crate::support::grpc::{self, layotto, next};
 use crate::support::sidecar::Sidecar;
 use layotto::lock_keep_alive_response::Status as KeepAliveStatus;
 use layotto::runtime_client::RuntimeClient;
+use rewire::prelude::*;
 use rewire::sidecar::ApiOptions;
+use rewire::{ConfigItem, ConfigQuery, ConfigSubscription};
 use testkit::etcd::EtcdServer;
 use testkit::redis::RedisServer;
 use tonic::transport::Channel;
+use tonic::Code;
 
 async fn runtime(sidecar: &Sidecar) -> RuntimeClient<Channel> {
     RuntimeClient::new(grpc::channel(sidecar.grpc_url()).await)
@@ -233,5 +237,67 @@ async fn weak_ids_from_redis_grow_with_or_without_options() {
         ids.push(id);
     }
     assert_eq!(ids, [42, 43, 44, 45], "redis' counter, one step each");
+    sidecar.stop().await;
+}
+
+/// A config store whose `subscribe` never answers (a backend that hangs).
+#[derive(rewire::Component)]
+#[component(kind = "config_store", type = "test.layotto.subscribe_never_answers")]
+struct SubscribeNeverAnswers {}
+
+#[async_trait]
+impl Component for SubscribeNeverAnswers {}
+
+#[async_trait]
+impl ConfigStore for SubscribeNeverAnswers {
+    async fn get(&self, _query: &ConfigQuery) -> Result<Vec<ConfigItem>, ConfigError> {
+        Ok(Vec::new())
+    }
+
+    async fn subscribe(&self, _query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
+        std::future::pending().await
+    }
+}
+
+/// With `request_timeout` longer than the runtime's 5 s bound on a store
+/// call, a subscription not in place is still `DEADLINE_EXCEEDED`, naming
+/// the store once and the bound (failed before: `INTERNAL`, the store
+/// named twice).
+#[tokio::test]
+async fn a_subscribe_that_never_answers_ends_the_stream_at_the_store_call_bound() {
+    let config = r#"{"appId": "shop", "components": {
+        "config_store": {"stuck": {"type": "test.layotto.subscribe_never_answers"}}
+    }}"#;
+    let options = ApiOptions {
+        request_timeout: Duration::from_secs(120),
+        ..ApiOptions::default()
+    };
+    let sidecar = Sidecar::start(config, options).await;
+    let mut client = runtime(&sidecar).await;
+    let request = layotto::SubscribeConfigurationRequest {
+        store_name: "stuck".into(),
+        keys: vec!["k".into()],
+        ..Default::default()
+    };
+    let mut answers = client
+        .subscribe_configuration(tokio_stream::iter([request]))
+        .await
+        .expect("the stream opens")
+        .into_inner();
+    // The wait only catches a stream that never ends; what ended it is
+    // read from the status.
+    let ended = tokio::time::timeout(Duration::from_secs(60), answers.message())
+        .await
+        .expect("the stream never ended")
+        .expect_err("with an error");
+    assert_eq!(ended.code(), Code::DeadlineExceeded, "{ended:?}");
+    assert_eq!(ended.message().matches("stuck").count(), 1, "{ended:?}");
+    assert!(
+        ended.message().contains("`stuck`")
+            && ended.message().contains(
+                "subscribe did not answer within 5s (the runtime's bound on a store call)"
+            ),
+        "{ended:?}"
+    );
     sidecar.stop().await;
 }

@@ -88,6 +88,11 @@ pub enum ConfigError {
     /// The backend failed.
     #[error("{0}")]
     Backend(String),
+    /// The store did not answer within the runtime's bound on a store call
+    /// (the call was abandoned; the store may still act on it). Says which
+    /// call and the bound; its caller names the store.
+    #[error("{0}")]
+    Timeout(String),
 }
 
 /// A configuration store.

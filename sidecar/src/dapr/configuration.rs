@@ -317,6 +317,7 @@ impl ConfigOps {
             ConfigError::Unsupported(m) => ConfigError::Unsupported(self.call.scrub(&m)),
             ConfigError::Invalid(m) => ConfigError::Invalid(self.call.scrub(&m)),
             ConfigError::Backend(m) => ConfigError::Backend(self.call.scrub(&m)),
+            ConfigError::Timeout(m) => ConfigError::Timeout(self.call.scrub(&m)),
         }
     }
 }

@@ -193,8 +193,9 @@ pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> R
 /// counting into the same total (`queued`, see `subscription_queue`). The
 /// stream ends when the client goes away, falls behind (or holds the most
 /// bytes when all subscribers together are full), sends a bad request, a
-/// subscription is not in place within `request_timeout` (the store's
-/// subscribe, `DEADLINE_EXCEEDED`), a subscribed store is
+/// subscription is not in place within 5 s (the runtime's bound on a store
+/// call, `ConfigError::Timeout`) or `request_timeout`, whichever is first
+/// (`DEADLINE_EXCEEDED` naming the store), a subscribed store is
 /// removed or can no longer subscribe (`UNAVAILABLE`), or the server stops;
 /// a subscription still being made is dropped as soon as the client goes
 /// away or the server stops, whatever the store does.

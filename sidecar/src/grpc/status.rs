@@ -131,6 +131,8 @@ impl From<ConfigOpError> for Status {
             Some(ConfigError::Unsupported(_)) => Code::Unimplemented,
             Some(ConfigError::Invalid(_)) => Code::InvalidArgument,
             Some(ConfigError::Backend(_)) => Code::Internal,
+            // The store did not answer within the runtime's bound.
+            Some(ConfigError::Timeout(_)) => Code::DeadlineExceeded,
         };
         Status::new(code, err.to_string())
     }
@@ -299,5 +301,30 @@ mod tests {
         assert_eq!(status.message(), "secret store is not configured");
         let status = Status::from(SecretOpError::NotFound("vault".into()));
         assert_eq!(status.code(), Code::InvalidArgument);
+    }
+
+    /// A store that did not answer within the runtime's bound is
+    /// `DEADLINE_EXCEEDED` (failed before: `INTERNAL`), the store named
+    /// once; its own failure stays `INTERNAL`.
+    #[test]
+    fn a_config_store_timeout_is_deadline_exceeded_naming_the_store_once() {
+        let subscribe_failed = |source| {
+            Status::from(ConfigOpError::Subscribe {
+                store: "cfg".into(),
+                keys: vec!["\"k\"".into()],
+                source,
+            })
+        };
+        let timed_out = subscribe_failed(ConfigError::Timeout(
+            "subscribe did not answer within 5s (the runtime's bound on a store call)".into(),
+        ));
+        assert_eq!(timed_out.code(), Code::DeadlineExceeded, "{timed_out:?}");
+        assert_eq!(
+            timed_out.message().matches("cfg").count(),
+            1,
+            "{timed_out:?}"
+        );
+        let failed = subscribe_failed(ConfigError::Backend("refused".into()));
+        assert_eq!(failed.code(), Code::Internal, "{failed:?}");
     }
 }
