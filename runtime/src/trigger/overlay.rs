@@ -226,6 +226,10 @@ async fn watch_overlay_round(
         let mut subscription = loop {
             match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
                 Ok(Ok(subscription)) => break subscription,
+                // The handle's own bound on the call: as no answer.
+                Ok(Err(crate::kinds::ConfigError::Timeout(_))) => {
+                    tracing::warn!(store = %spec.store, timeout = ?within, "Subscribing to the overlay did not answer in time; asking again.");
+                }
                 Ok(Err(refused)) => {
                     return poll_overlay(cx, spec, app_id, round, &handle, &refused).await;
                 }

@@ -382,10 +382,11 @@ async fn subscribe_configuration(
     let within = store_call_bound(None);
     loop {
         match tokio::time::timeout(within, handle.subscribe(query.clone())).await {
-            Ok(answer) => return answer,
-            Err(_) => {
+            // The handle's own bound on the call: as no answer.
+            Ok(Err(crate::kinds::ConfigError::Timeout(_))) | Err(_) => {
                 tracing::warn!(component = %component, store = %r.store, key = %r.key, timeout = ?within, "Subscribing to a watched configurationRef did not answer in time; asking again.");
             }
+            Ok(answer) => return answer,
         }
     }
 }
