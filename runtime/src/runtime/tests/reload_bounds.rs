@@ -352,7 +352,10 @@ async fn a_reload_a_shutdown_cuts_while_it_warms_is_undone_not_committed() {
         matches!(reloaded, Err(ReloadError::Stopped)),
         "the reload should say the runtime stopped, got {reloaded:?}"
     );
-    assert_eq!(abandoned, 0, "the reload cut while it warms is not left behind");
+    assert_eq!(
+        abandoned, 0,
+        "the reload cut while it warms is not left behind"
+    );
     assert!(
         runtime.generation().is_empty(),
         "a generation was published after the empty one"
