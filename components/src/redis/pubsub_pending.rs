@@ -5,8 +5,6 @@
 
 use redis::{RedisError, Value};
 
-use super::pubsub_reader::text_of;
-
 /// From a page of pending ids `all` (in order, asked for `page` of them):
 /// those `keep` takes, at most `room`, and the `XPENDING` start to go on
 /// from: after the last taken when cut at `room`, after the page when it
@@ -81,6 +79,15 @@ pub(super) fn pending_idle_times(reply: Value) -> Vec<(String, u64)> {
             _ => None,
         })
         .collect()
+}
+
+/// The text of a Redis bulk or simple string reply.
+pub(super) fn text_of(value: Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

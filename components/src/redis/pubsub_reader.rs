@@ -57,7 +57,7 @@ use super::metadata::ConnectionSettings;
 use super::pubsub_connected::Connected;
 use super::pubsub_in_flight::{in_flight_at_peers, join_peers, InFlight, ReadBatch};
 use super::pubsub_metadata::Tunables;
-use super::pubsub_pending::{page_cut, pending_idle_times, refuses_xpending_idle};
+use super::pubsub_pending::{page_cut, pending_idle_times, refuses_xpending_idle, text_of};
 use crate::backoff::Backoff;
 use crate::pubsub::PublishGate;
 
@@ -1105,14 +1105,6 @@ fn bytes_of(value: Value) -> Vec<u8> {
         Value::BulkString(bytes) => bytes,
         Value::SimpleString(text) => text.into_bytes(),
         _ => Vec::new(),
-    }
-}
-
-pub(super) fn text_of(value: Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
-        Value::SimpleString(text) => Some(text),
-        _ => None,
     }
 }
 
