@@ -13,8 +13,10 @@
 //! writes (`{ gen_a; gen_b; } > x.yaml`, `kustomize build > x.yaml` that
 //! spends seconds fetching its bases) still parses as YAML, and applied it
 //! would remove components and lose their data. A writer still open after
-//! [`MAX_WRITER_WAIT`] gets a warning and its file is still not read: the
-//! read after its close picks it up. Renames (editors' rename-writes,
+//! [`MAX_WRITER_WAIT`] gets a warning, the read then due is skipped, and
+//! the writer is forgotten: later reads take the file as it is (a process
+//! that keeps its file open for good, `tee -a`, an editor, must not stop
+//! every read of the sources), until it writes again. Renames (editors' rename-writes,
 //! ConfigMap `..data` swaps) are atomic and read after the usual
 //! [`DEBOUNCE`].
 //!
@@ -62,8 +64,9 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// A steady stream of events still gets a re-read this often.
 const MAX_DEBOUNCE: Duration = Duration::from_secs(1);
 /// How long after its first modification a watched file's writer may keep
-/// it open before a read stops waiting for it: the read is then skipped,
-/// with a warning (see the module's doc), never applied half-written.
+/// it open before a read stops waiting for it: that read is skipped, with
+/// a warning, and the writer forgotten, so the reads after it take the
+/// file as it is (see the module's doc).
 pub(crate) const MAX_WRITER_WAIT: Duration = Duration::from_secs(120);
 /// Whether the OS watcher reports a writer closing a file (inotify does):
 /// elsewhere nothing is held back waiting for a close that never comes.
@@ -249,8 +252,6 @@ pub(crate) struct Writers {
 struct OpenWriter {
     /// When it was first modified since its last close.
     since: std::time::Instant,
-    /// Whether it was reported as open for too long.
-    reported: bool,
 }
 
 /// Whether the watched files are being written.
@@ -260,8 +261,7 @@ pub(crate) enum Writing {
     Idle,
     /// One is, for less than [`MAX_WRITER_WAIT`].
     Open,
-    /// One is, for longer: the files newly found so (empty when all were
-    /// already reported).
+    /// One was, for longer: the files found so, now forgotten.
     Overdue(Vec<PathBuf>),
 }
 
@@ -288,7 +288,6 @@ impl Writers {
                 EventKind::Modify(ModifyKind::Data(_)) => {
                     open.entry(path.clone()).or_insert(OpenWriter {
                         since: std::time::Instant::now(),
-                        reported: false,
                     });
                     self.modifications.fetch_add(1, Ordering::SeqCst);
                 }
@@ -327,19 +326,21 @@ impl Writers {
         if open.is_empty() {
             return Writing::Idle;
         }
-        let mut overdue = false;
+        // Overdue writers are reported once and forgotten: one read is
+        // skipped for them, the next takes their files as they are.
         let mut newly = Vec::new();
-        for (path, writer) in open.iter_mut() {
-            if writer.since.elapsed() >= MAX_WRITER_WAIT {
-                overdue = true;
-                if !writer.reported {
-                    writer.reported = true;
-                    newly.push(path.clone());
-                }
+        open.retain(|path, writer| {
+            let overdue = writer.since.elapsed() >= MAX_WRITER_WAIT;
+            if overdue {
+                newly.push(path.clone());
             }
-        }
-        if overdue {
+            !overdue
+        });
+        if !newly.is_empty() {
+            self.closed.notify_waiters();
             Writing::Overdue(newly)
+        } else if open.is_empty() {
+            Writing::Idle
         } else {
             Writing::Open
         }
@@ -379,7 +380,7 @@ impl Writers {
 /// each) and that a read is skipped because of them.
 pub(crate) fn still_being_written(newly: &[PathBuf]) {
     for path in newly {
-        warn!(path = %path.display(), waited = ?MAX_WRITER_WAIT, "File still being written (its writer has not closed it); not applied until it is closed.");
+        warn!(path = %path.display(), waited = ?MAX_WRITER_WAIT, "File still open by its writer; this read is skipped, the next takes it as it is.");
     }
     debug!("A read of a watched file skipped: still being written; not applied.");
 }
@@ -567,8 +568,8 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
 enum Settled {
     /// Quiet, and no watched file is being written: read.
     Ready,
-    /// A watched file has been written for [`MAX_WRITER_WAIT`]: not read
-    /// (the files newly found so, see [`Writing::Overdue`]).
+    /// A watched file has been written for [`MAX_WRITER_WAIT`]: this read
+    /// is skipped, the next takes it as it is (see [`Writing::Overdue`]).
     StillWriting(Vec<PathBuf>),
     /// The watch was stopped.
     Cancelled,
@@ -1003,7 +1004,7 @@ mod tests {
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
     #[test]
-    fn a_writer_open_past_the_long_limit_is_reported_once_and_still_not_read() {
+    fn a_writer_open_past_the_long_limit_is_reported_once_then_forgotten() {
         let writers = Writers::default();
         let folder = watched(None);
         let modified = EventKind::Modify(ModifyKind::Data(notify::event::DataChange::Any));
@@ -1018,14 +1019,15 @@ mod tests {
             writers.writing(),
             Writing::Overdue(vec![PathBuf::from("/d/all.yaml")])
         );
+        // Forgotten: a writer that keeps its file open for good (`tee -a`)
+        // does not stop every later read of the sources.
+        assert_eq!(writers.writing(), Writing::Idle, "reported once, then read");
+        writers.note(&event(modified, "/d/all.yaml"), &folder);
         assert_eq!(
             writers.writing(),
-            Writing::Overdue(Vec::new()),
-            "reported once"
+            Writing::Open,
+            "written again: held again"
         );
-        let closed = EventKind::Access(AccessKind::Close(AccessMode::Write));
-        writers.note(&event(closed, "/d/all.yaml"), &folder);
-        assert_eq!(writers.writing(), Writing::Idle);
     }
 
     /// Waits (10 s at most) until `calls` reaches `count`.

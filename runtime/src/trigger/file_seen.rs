@@ -97,8 +97,8 @@ pub(super) type SharedSeen = Arc<Mutex<Seen>>;
 /// Takes `seen` for a read once no watched file of the sources is being
 /// written, with the count of modifications seen then (compare it with
 /// [`written_since`] after the read). `None`: a file has been written for
-/// too long (reported); the read is skipped, and the one after its close
-/// applies it.
+/// too long (reported, and its writer forgotten); this read is skipped,
+/// the next takes the file as it is.
 pub(super) async fn lock_once_written<'a>(
     seen: &'a SharedSeen,
     writers: &Writers,
