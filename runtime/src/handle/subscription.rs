@@ -125,7 +125,7 @@ impl ConfigStoreHandle {
         // subscribe instead of holding its caller (and what the caller
         // booked for it) until the client leaves.
         let inner = match bounded(store.subscribe(query.clone())).await {
-            Some(answer) => answer?,
+            Some(answer) => answer.map_err(own_timeout_only)?,
             None => return Err(unanswered("subscribe")),
         };
         // Unreadable now: what the subscriber knows is unknown (not
@@ -164,6 +164,16 @@ impl ConfigStoreHandle {
     fn named(&self) -> String {
         self.key()
             .map_or_else(|| "?".to_string(), ToString::to_string)
+    }
+}
+
+/// `Timeout` means the handle's own bound ran out (its callers ask
+/// again); a store answering `Timeout` itself is a backend error, so a
+/// store that fails fast with it is not asked again at once, for ever.
+fn own_timeout_only(err: ConfigError) -> ConfigError {
+    match err {
+        ConfigError::Timeout(message) => ConfigError::Backend(message),
+        other => other,
     }
 }
 
@@ -612,6 +622,8 @@ mod tests {
         items: Vec<ConfigItem>,
         answers_at: Option<Instant>,
         hang_subscribe: bool,
+        /// Answers every subscribe at once with `ConfigError::Timeout`.
+        times_out_itself: bool,
         hang_get: bool,
         hang_grouped_get: bool,
         subscribed: AtomicUsize,
@@ -638,6 +650,9 @@ mod tests {
         async fn subscribe(&self, query: ConfigQuery) -> Result<ConfigSubscription, ConfigError> {
             if self.hang_subscribe {
                 self.hang().await;
+            }
+            if self.times_out_itself {
+                return Err(ConfigError::Timeout("my client timed out".into()));
             }
             self.subscribed.fetch_add(1, Ordering::SeqCst);
             Ok(self.hub.subscribe(query))
@@ -727,6 +742,21 @@ mod tests {
                 "subscribe did not answer within 5s (the runtime's bound on a store call)"
             ),
             Err(other) => panic!("not a timeout: {other:?}"),
+        }
+    }
+
+    /// `Timeout` from the handle means its own bound ran out (the overlay
+    /// and watched-ref watches ask again at once); a store's own
+    /// `Timeout` is a backend error, or those watches would spin on it.
+    #[tokio::test]
+    async fn a_stores_own_timeout_is_a_backend_error_not_the_handles() {
+        let handle = handle_to(&Arc::new(TestStore {
+            times_out_itself: true,
+            ..TestStore::default()
+        }));
+        match handle.subscribe(ConfigQuery::keys(["k"])).await {
+            Err(ConfigError::Backend(message)) => assert_eq!(message, "my client timed out"),
+            other => panic!("not a backend error: {other:?}"),
         }
     }
 
