@@ -29,7 +29,9 @@ pub use held::HeldSecrets;
 pub(crate) use limits::too_many_secret_values;
 pub use panics::redact_panics;
 pub use secret_fields::is_secret_field;
-pub(crate) use secret_fields::{hides as hides_field_value, secret_field_values, shown_fields};
+pub(crate) use secret_fields::{
+    hides as hides_field_value, is_a_pair, secret_field_values, shown_fields,
+};
 pub use url_credentials::without_credentials;
 
 /// Secret values shorter than this are not scrubbed from text (scrubbing a

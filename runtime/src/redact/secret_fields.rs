@@ -241,14 +241,15 @@ fn named(name: &[u8]) -> Named {
     kind
 }
 
-/// Whether the field `name`, holding `value`, is hidden whole (`top`: a
-/// field of the metadata itself, not inside a list or a group): named like
-/// a secret and holding no flag; named like a key or a DSN and holding
-/// neither a flag nor a short number; named like credentials and holding
-/// none of these nor a group of fields. A bare `key` inside a list or a
-/// group (`labels: [{key, value}]`) names something.
-pub(crate) fn hides(name: &str, value: &Value, top: bool) -> bool {
-    if !top && name.eq_ignore_ascii_case("key") {
+/// Whether the field `name`, holding `value`, is hidden whole (`in_pair`:
+/// a field of a group that also has a `value` field, a key/value pair):
+/// named like a secret and holding no flag; named like a key or a DSN and
+/// holding neither a flag nor a short number; named like credentials and
+/// holding none of these nor a group of fields. A bare `key` of a
+/// key/value pair (`labels: [{key, value}]`) names something; elsewhere
+/// (`tls: {cert, key}`) it holds a secret.
+pub(crate) fn hides(name: &str, value: &Value, in_pair: bool) -> bool {
+    if in_pair && name.eq_ignore_ascii_case("key") {
         return false;
     }
     match named(name.as_bytes()) {
@@ -432,20 +433,17 @@ pub(crate) fn shown_fields(
     metadata: &Map<String, Value>,
     secret: &BTreeSet<String>,
 ) -> Map<String, Value> {
-    shown_fields_at(metadata, secret, true)
+    shown_fields_at(metadata, secret)
 }
 
-/// [`shown_fields`] of the fields `metadata`, the metadata itself where
-/// `top`, else a group inside it.
-fn shown_fields_at(
-    metadata: &Map<String, Value>,
-    secret: &BTreeSet<String>,
-    top: bool,
-) -> Map<String, Value> {
+/// [`shown_fields`] of the fields `metadata`: the metadata itself, or a
+/// group inside it.
+fn shown_fields_at(metadata: &Map<String, Value>, secret: &BTreeSet<String>) -> Map<String, Value> {
+    let pair = is_a_pair(metadata);
     metadata
         .iter()
         .map(|(field, value)| {
-            let hidden = secret.contains(field) || hides(field, value, top);
+            let hidden = secret.contains(field) || hides(field, value, pair);
             (field.clone(), shown_field(hidden, value))
         })
         .collect()
@@ -459,7 +457,7 @@ fn shown_field(hidden: bool, value: &Value) -> Value {
         _ if hidden => Value::String(SHOWN_SECRET.into()),
         Value::String(s) => Value::String(without_credentials(s).into_owned()),
         Value::Array(items) => Value::Array(items.iter().map(|v| shown_field(false, v)).collect()),
-        Value::Object(fields) => Value::Object(shown_fields_at(fields, &BTreeSet::new(), false)),
+        Value::Object(fields) => Value::Object(shown_fields_at(fields, &BTreeSet::new())),
         other => other.clone(),
     }
 }
@@ -468,19 +466,26 @@ fn shown_field(hidden: bool, value: &Value) -> Value {
 /// any depth, as text (strings, and numbers as written).
 pub(crate) fn secret_field_values(metadata: &Map<String, Value>) -> Vec<String> {
     let mut values = Vec::new();
+    let pair = is_a_pair(metadata);
     for (field, value) in metadata {
-        collect(field, true, false, value, &mut values);
+        collect(field, pair, false, value, &mut values);
     }
     values
 }
 
-/// Adds the secret values of the field `field` holding `value` (`top`: a
-/// field of the metadata itself; `secret`: a field around it is named like
+/// Whether the group `fields` is a key/value pair (has a `value` field):
+/// its bare `key` names something (see [`hides`]).
+pub(crate) fn is_a_pair(fields: &Map<String, Value>) -> bool {
+    fields.keys().any(|name| name.eq_ignore_ascii_case("value"))
+}
+
+/// Adds the secret values of the field `field` holding `value` (`in_pair`:
+/// a field of a key/value pair; `secret`: a field around it is named like
 /// a secret). A flag or nothing is never one. Its name is read only when
 /// its value could be scrubbed: a value shorter than the redactor
 /// scrubs, a flag or nothing need not be told apart (this runs for every
 /// field of every component assembled).
-fn collect(field: &str, top: bool, secret: bool, value: &Value, values: &mut Vec<String>) {
+fn collect(field: &str, in_pair: bool, secret: bool, value: &Value, values: &mut Vec<String>) {
     let scrubbable = match value {
         Value::String(s) => s.len() >= super::MIN_SCRUBBED_LEN && !is_a_flag_text(s),
         Value::Number(n) => n.as_u64().is_none_or(|n| n >= 1000),
@@ -490,7 +495,7 @@ fn collect(field: &str, top: bool, secret: bool, value: &Value, values: &mut Vec
     if !scrubbable {
         return;
     }
-    let secret = secret || hides(field, value, top);
+    let secret = secret || hides(field, value, in_pair);
     match value {
         Value::String(s) if secret => values.push(s.clone()),
         Value::Number(n) if secret => values.push(n.to_string()),
@@ -500,8 +505,9 @@ fn collect(field: &str, top: bool, secret: bool, value: &Value, values: &mut Vec
             }
         }
         Value::Object(fields) => {
+            let pair = is_a_pair(fields);
             for (field, v) in fields {
-                collect(field, false, secret, v, values);
+                collect(field, pair, secret, v, values);
             }
         }
         _ => {}
@@ -737,7 +743,7 @@ mod tests {
         let metadata = json!({
             "enableAuth": "true",
             "labels": [{"key": "team", "value": "payments"}],
-            "tags": {"key": "region"},
+            "tags": {"key": "region", "value": "eu"},
             "accountKey": "5000",
             "sasKey": 5000,
             "basicAuth": "false",
@@ -762,5 +768,18 @@ mod tests {
         let metadata = json!({"key": "s3cr3t-value"});
         let metadata = metadata.as_object().cloned().unwrap_or_default();
         assert_eq!(secret_field_values(&metadata), ["s3cr3t-value"]);
+        // Nor is it a name inside a group that is no key/value pair: a
+        // TLS key, an account's key.
+        let metadata = json!({
+            "tls": {"cert": "c", "key": "pem-key-body"},
+            "storage": {"account": "acct", "key": "azure-key-xyz"},
+        });
+        let metadata = metadata.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            secret_field_values(&metadata),
+            ["azure-key-xyz", "pem-key-body"]
+        );
+        let shown = Value::Object(shown_fields(&metadata, &BTreeSet::new()));
+        assert_eq!(shown["tls"]["key"], json!("[secret]"));
     }
 }

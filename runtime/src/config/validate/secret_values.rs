@@ -5,7 +5,7 @@
 
 use crate::config::ComponentSpec;
 use crate::metadata::MetadataError;
-use crate::redact::hides_field_value;
+use crate::redact::{hides_field_value, is_a_pair};
 
 /// `message` about the metadata field at `path`, without the value it
 /// may quote where that field, or one around it, is hidden as a secret
@@ -75,15 +75,16 @@ pub(super) fn refs_panic_problem(message: &str) -> String {
 fn holds_an_inline_secret(name: &str, value: &serde_json::Value) -> bool {
     use serde_json::Value;
     // Iterative: a deeply nested value must not exhaust the stack.
-    let mut pending = vec![(name, value, true)];
-    while let Some((name, value, top)) = pending.pop() {
+    let mut pending = vec![(name, value, false)];
+    while let Some((name, value, in_pair)) = pending.pop() {
         let empty = matches!(value, Value::Null) || value.as_str().is_some_and(str::is_empty);
-        if hides_field_value(name, value, top) && !empty {
+        if hides_field_value(name, value, in_pair) && !empty {
             return true;
         }
         match value {
             Value::Object(fields) => {
-                pending.extend(fields.iter().map(|(n, v)| (n.as_str(), v, false)))
+                let pair = is_a_pair(fields);
+                pending.extend(fields.iter().map(|(n, v)| (n.as_str(), v, pair)))
             }
             Value::Array(items) => pending.extend(items.iter().map(|item| (name, item, false))),
             _ => {}
@@ -107,11 +108,7 @@ fn holds_a_secret(spec: &ComponentSpec, path: &str) -> bool {
     let missing = Value::Null;
     let mut fields = Some(&spec.metadata);
     let mut items: Option<&Vec<Value>> = None;
-    for (depth, step) in path
-        .split(['.', '['])
-        .filter(|step| !step.is_empty())
-        .enumerate()
-    {
+    for step in path.split(['.', '[']).filter(|step| !step.is_empty()) {
         if let Some(index) = step.strip_suffix(']') {
             let item = index.parse::<usize>().ok().and_then(|i| items?.get(i));
             fields = item.and_then(Value::as_object);
@@ -119,7 +116,7 @@ fn holds_a_secret(spec: &ComponentSpec, path: &str) -> bool {
             continue;
         }
         let value = fields.and_then(|f| f.get(step)).unwrap_or(&missing);
-        if hides_field_value(step, value, depth == 0) {
+        if hides_field_value(step, value, fields.is_some_and(is_a_pair)) {
             return true;
         }
         fields = value.as_object();
@@ -295,7 +292,8 @@ mod tests {
         use super::hiding_secret_value;
         let spec = spec_of(serde_json::json!({
             "auth": {"port": "http", "password": "pw"},
-            "labels": [{"key": "team"}],
+            "labels": [{"key": "team", "value": "payments"}],
+            "tls": {"cert": "c", "key": "pem"},
             "basicAuth": "user:pw",
         }));
         // `auth` holds a group of fields: its `port` is no secret.
@@ -307,18 +305,22 @@ mod tests {
             hiding_secret_value(&spec, &quoting("labels[0].key", "team")),
             None
         );
-        // Its password, and credentials written inline, are.
-        for field in ["auth.password", "basicAuth"] {
+        // Its password, credentials written inline, and a key outside a
+        // key/value pair are.
+        for field in ["auth.password", "basicAuth", "tls.key"] {
             let hidden = hiding_secret_value(&spec, &quoting(field, "pw"));
             assert!(hidden.is_some_and(|h| !h.contains("pw\"")), "{field}");
         }
         // A flag named like credentials is quoted; a panic message too.
-        let spec = spec_of(serde_json::json!({"enableAuth": "true", "labels": [{"key": "team"}]}));
+        let spec = spec_of(
+            serde_json::json!({"enableAuth": "true", "labels": [{"key": "team", "value": "x"}]}),
+        );
         assert_eq!(
             hiding_secret_value(&spec, &quoting("enableAuth", "true")),
             None
         );
-        let found = panic_problems(r#"{"enableAuth": "true", "labels": [{"key": "team"}]}"#);
+        let found =
+            panic_problems(r#"{"enableAuth": "true", "labels": [{"key": "team", "value": "x"}]}"#);
         assert_eq!(
             found,
             ["probe/p: metadata check panicked: cannot use token tok-1234-abcd for this endpoint"]
