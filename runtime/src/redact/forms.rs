@@ -168,18 +168,27 @@ fn lines_of(value: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Whether `line` is base64 (standard or URL-safe, padded or not) or hex:
-/// `A-Z`, `a-z`, `0-9`, `+`, `/`, `=`, `_`, `-` only (no blank, quote or
-/// colon), and not all `-` (an armour's dashes).
+/// Whether `line` is base64 (standard or URL-safe, padded or not), hex or
+/// a token of them (a JWT's `.`-separated parts): `A-Z`, `a-z`, `0-9`,
+/// `+`, `/`, `=`, `_`, `-`, `.`, `~` only (no blank, quote or colon), and
+/// not all `-` (an armour's dashes).
 fn is_encoded(line: &str) -> bool {
     line.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"+/=_-".contains(&b))
+        .all(|b| b.is_ascii_alphanumeric() || b"+/=_-.~".contains(&b))
         && !line.bytes().all(|b| b == b'-')
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A JWT a line (`.`-separated base64url) is remembered on its own.
+    #[test]
+    fn a_multi_line_value_of_tokens_has_each_token_remembered() {
+        let first = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abcDEF";
+        let forms = forms_to_scrub(&format!("{first}\nsecond-line-token.part.two"));
+        assert!(forms.iter().any(|form| form == first), "{forms:?}");
+    }
 
     #[test]
     fn a_one_line_value_is_remembered_percent_encoded_and_escaped_twice() {
