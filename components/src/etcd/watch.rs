@@ -254,19 +254,14 @@ impl Follower {
         debug!(component = %self.key, last_seen = self.last_seen, "etcd watch stopped.");
     }
 
-    /// Watches from `last_seen` (nothing after it missed) and applies
-    /// responses until the stream stops.
+    /// Watches from `last_seen + 1` and applies responses until the stream
+    /// stops.
     async fn follow(&mut self) -> Interrupt {
         let (key, range_end) = prefix_range(self.layout.prefix().as_bytes().to_vec());
         let create = WatchCreateRequest {
             key,
             range_end,
-            // From `last_seen` itself (its events are skipped by `apply`),
-            // not `last_seen + 1`: etcd 3.6.2+ (and 3.4/3.5 backports of
-            // etcd-io/etcd#20229) leaves a progress request unanswered while
-            // its revision is below the watch's start, so on a quiet cluster
-            // the watchdog would take a healthy member for a stuck one.
-            start_revision: self.last_seen,
+            start_revision: self.last_seen + 1,
             progress_notify: true,
             fragment: true,
             ..WatchCreateRequest::default()
