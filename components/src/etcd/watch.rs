@@ -98,9 +98,13 @@ use fragments::Fragments;
 mod fragments;
 
 /// How long the stream may stay silent before the member is asked for its
-/// progress: well under etcd's own progress notifications (every 10
-/// minutes by default), and one small request per watch and period.
-pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(30);
+/// progress: etcd's own progress notification period (10 minutes by
+/// default). etcd 3.6.2+ (and its 3.4/3.5 backports of
+/// etcd-io/etcd#20229) leaves the request unanswered on a cluster with no
+/// write since `last_seen` (the watch starts past its revision), so a
+/// quiet cluster's member is taken for a stuck one and left once a period;
+/// the watch resumes on the next member, nothing lost.
+pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(600);
 /// Added to `dialTimeout` for the answer to a progress request: etcd
 /// answers it from memory, but behind any responses queued before it.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
