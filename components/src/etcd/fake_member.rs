@@ -30,6 +30,10 @@ pub(crate) struct WatchPlan {
     pub(crate) answers_progress: bool,
     /// The revision in those answers.
     pub(crate) answer_revision: i64,
+    /// Whether a progress request is left unanswered while the watch's
+    /// start revision is past `answer_revision` (etcd 3.6.2+,
+    /// etcd-io/etcd#20229).
+    pub(crate) defers_progress_before_start: bool,
     /// Sent after the first answer to a progress request.
     pub(crate) after_progress: Vec<Vec<u8>>,
     /// Whether the stream ends once `responses` are sent.
@@ -153,6 +157,12 @@ impl FakeMember {
         self.progress_requests.fetch_add(1, Ordering::AcqRel);
         if !plan.answers_progress {
             return true;
+        }
+        if plan.defers_progress_before_start {
+            let start = self.watches.lock().unwrap().last().copied().unwrap_or(0);
+            if start > plan.answer_revision {
+                return true;
+            }
         }
         let answer = watch_response(plan.answer_revision, -1, false, &[]);
         send(responses, &[answer]).await && send(responses, &std::mem::take(after_progress)).await

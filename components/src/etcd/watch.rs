@@ -98,13 +98,9 @@ use fragments::Fragments;
 mod fragments;
 
 /// How long the stream may stay silent before the member is asked for its
-/// progress: etcd's own progress notification period (10 minutes by
-/// default). etcd 3.6.2+ (and its 3.4/3.5 backports of
-/// etcd-io/etcd#20229) leaves the request unanswered on a cluster with no
-/// write since `last_seen` (the watch starts past its revision), so a
-/// quiet cluster's member is taken for a stuck one and left once a period;
-/// the watch resumes on the next member, nothing lost.
-pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(600);
+/// progress: well under etcd's own progress notifications (every 10
+/// minutes by default), and one small request per watch and period.
+pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(30);
 /// Added to `dialTimeout` for the answer to a progress request: etcd
 /// answers it from memory, but behind any responses queued before it.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
@@ -258,14 +254,23 @@ impl Follower {
         debug!(component = %self.key, last_seen = self.last_seen, "etcd watch stopped.");
     }
 
-    /// Watches from `last_seen + 1` and applies responses until the stream
-    /// stops.
+    /// Watches from `last_seen` (nothing after it missed) and applies
+    /// responses until the stream stops.
     async fn follow(&mut self) -> Interrupt {
         let (key, range_end) = prefix_range(self.layout.prefix().as_bytes().to_vec());
         let create = WatchCreateRequest {
             key,
             range_end,
-            start_revision: self.last_seen + 1,
+            // From `last_seen` itself (its events are skipped by `apply`),
+            // not `last_seen + 1`: etcd 3.6.2+ (and 3.4/3.5 backports of
+            // etcd-io/etcd#20229) leaves a progress request unanswered while
+            // its revision is below the watch's start, so on a quiet cluster
+            // the watchdog would take a healthy member for a stuck one.
+            // The cost: a start at or below etcd's current revision puts
+            // the watch in etcd's "unsynced" group, caught up by a loop
+            // every 100 ms, so writes made while the watch is created
+            // reach the subscribers up to ~100 ms later, once per watch.
+            start_revision: self.last_seen,
             progress_notify: true,
             fragment: true,
             ..WatchCreateRequest::default()

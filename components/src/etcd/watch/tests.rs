@@ -133,7 +133,7 @@ async fn a_member_behind_the_last_revision_seen_resumes_the_watch_without_a_re_r
     // One read, at the last revision seen (the history check); no read of
     // the current values (a re-read).
     assert_eq!(*member.ranges.lock().unwrap(), [LAST_SEEN]);
-    assert_eq!(*member.watches.lock().unwrap(), [LAST_SEEN + 1]);
+    assert_eq!(*member.watches.lock().unwrap(), [LAST_SEEN]);
     stop.cancel();
     task.await.expect("the watch task ends");
 }
@@ -185,8 +185,48 @@ async fn a_member_silent_on_the_watch_is_reported_and_left_for_the_next_one() {
     gate.notify_one();
     assert_eq!(values_until(&mut subscription, "v11").await, ["v11"]);
     assert!(fanout.watch_failure().is_none(), "recovered on member B");
-    assert_eq!(*silent.watches.lock().unwrap(), [LAST_SEEN + 1]);
-    assert_eq!(*next.watches.lock().unwrap(), [LAST_SEEN + 1]);
+    assert_eq!(*silent.watches.lock().unwrap(), [LAST_SEEN]);
+    assert_eq!(*next.watches.lock().unwrap(), [LAST_SEEN]);
+    stop.cancel();
+    task.await.expect("the watch task ends");
+}
+
+#[tokio::test]
+async fn a_quiet_member_that_answers_progress_only_from_the_watch_start_is_kept() {
+    // etcd 3.6.2+: a progress request is answered only once the member's
+    // revision reaches the watch's start. A quiet cluster stays at the
+    // last revision seen: watched from past it, the member would look
+    // stuck and be left every 30 s.
+    let quiet = FakeMember::new(
+        vec![WatchPlan {
+            responses: vec![created(LAST_SEEN)],
+            answers_progress: true,
+            answer_revision: LAST_SEEN,
+            defers_progress_before_start: true,
+            ..WatchPlan::default()
+        }],
+        ranges(LAST_SEEN, AT_LAST_SEEN),
+    );
+    let (mut follower, fanout, _subscription) = follower(&[quiet.serve()]).await;
+    follower.watchdog = Watchdog {
+        quiet: Duration::from_millis(100),
+        answer_within: Duration::from_millis(200),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(follower.run(stop.clone()));
+    let asked_twice = async {
+        while quiet.progress_requests.load(Ordering::Acquire) < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    timeout(PATIENCE, asked_twice)
+        .await
+        .expect("progress asked for again and again");
+    assert!(
+        fanout.watch_failure().is_none(),
+        "a quiet member taken for a stuck one"
+    );
+    assert_eq!(*quiet.watches.lock().unwrap(), [LAST_SEEN]);
     stop.cancel();
     task.await.expect("the watch task ends");
 }
