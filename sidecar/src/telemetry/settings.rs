@@ -165,12 +165,16 @@ fn with_scheme(address: &str, secure: bool) -> String {
 /// The traces URL under `OTEL_EXPORTER_OTLP_ENDPOINT`: for OTLP/HTTP the
 /// specification always appends `v1/traces` to it, path or not
 /// (`http://gw:4318/otlp` posts to `/otlp/v1/traces`); gRPC uses it as it
-/// is. (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is the full URL.)
+/// is, a scheme not added either: the gRPC channel dials one without over
+/// TLS unless `OTEL_EXPORTER_OTLP_INSECURE=true` (the specification's
+/// rule), as it does `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full URL).
 fn under_base(base: &str, protocol: OtelProtocol) -> String {
-    let base = with_scheme(base, false);
     match protocol {
-        OtelProtocol::Grpc => base,
-        OtelProtocol::Http => format!("{}/v1/traces", base.trim_end_matches('/')),
+        OtelProtocol::Grpc => base.trim().to_string(),
+        OtelProtocol::Http => format!(
+            "{}/v1/traces",
+            with_scheme(base, false).trim_end_matches('/')
+        ),
     }
 }
 
@@ -269,6 +273,50 @@ mod tests {
                 "http://gw:4318/custom"
             )]),
             Some("http://gw:4318/custom".to_string())
+        );
+    }
+
+    /// A gRPC collector given without a scheme in the generic variable is
+    /// left to the gRPC channel, which dials it over TLS unless
+    /// `…_INSECURE=true`, as it does the traces variable. Before, it
+    /// became `http://collector:4317`: spans and auth headers in plaintext.
+    #[test]
+    fn a_grpc_base_without_a_scheme_is_left_to_the_channel_s_tls_rule() {
+        let url = |pairs| TraceSettings::resolve(&env(pairs), None, "shop").endpoint;
+        let cases: [&'static [(&str, &str)]; 3] = [
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", " collector:4317 "),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+            &[
+                ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ],
+        ];
+        for pairs in cases {
+            let endpoint = url(pairs).unwrap_or_else(|| panic!("{pairs:?}: no endpoint"));
+            assert_eq!(endpoint.trim(), "collector:4317", "{pairs:?}");
+            assert_eq!(
+                super::super::grpc_channel::with_scheme(endpoint.trim(), false),
+                "https://collector:4317",
+                "{pairs:?}"
+            );
+        }
+        // A scheme given is kept; OTLP/HTTP without one stays `http`.
+        assert_eq!(
+            url(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ]),
+            Some("http://collector:4317".to_string())
+        );
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]),
+            Some("http://collector:4318/v1/traces".to_string())
         );
     }
 
