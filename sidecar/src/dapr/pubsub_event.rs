@@ -514,7 +514,10 @@ impl TopicEvent {
     ) -> Self {
         let encoded = base64::engine::general_purpose::STANDARD.encode(&message.data);
         let cloud_event = Envelope(BTreeMap::from_iter([
-            ("id".to_string(), Member::Text(new_event_id())),
+            (
+                "id".to_string(),
+                Member::Text(delivered_event_id(message, pubsub_name)),
+            ),
             ("specversion".to_string(), text_member("1.0")),
             (
                 "datacontenttype".to_string(),
@@ -558,7 +561,14 @@ impl TopicEvent {
                 let given = Some(content_type)
                     .filter(|c| is_cloud_event_content_type(c))
                     .and_then(|_| given_cloud_event(&message.data).ok());
-                let envelope = build_envelope(&message.data, Some(content_type), given, &cx);
+                let given_id = given.as_ref().is_some_and(|g| g.contains_key("id"));
+                let mut envelope = build_envelope(&message.data, Some(content_type), given, &cx);
+                if !given_id {
+                    // Each redelivery of the message carries the same id,
+                    // so an app can tell it from a new message.
+                    let id = delivered_event_id(message, pubsub_name);
+                    envelope.0.insert("id".into(), Member::Text(id));
+                }
                 let body = serde_json::to_vec(&envelope).unwrap_or_default();
                 (envelope, body)
             }
@@ -769,6 +779,44 @@ pub fn new_event_id() -> String {
     let hex = format!("{:016x}{:016x}", words[0], words[1]);
     format!(
         "{}-{}-4{}-a{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+/// The id of the envelope made around a delivered `message` that is not
+/// a CloudEvent (or is delivered as a raw payload): the same at every
+/// redelivery of the message, unlike Dapr's new id each time, so an app
+/// de-duplicating by id sees a redelivery for what it is. Made from the
+/// pub/sub, the topic, the broker's message id and the payload (a broker
+/// switched to another server may reuse an id for another message), in
+/// the form of a name-based UUID; a message without a broker id gets a
+/// new random one.
+fn delivered_event_id(message: &rewire_runtime::Message, pubsub_name: &str) -> String {
+    if message.id.is_empty() {
+        return new_event_id();
+    }
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [
+        pubsub_name.as_bytes(),
+        message.topic.as_bytes(),
+        message.id.as_bytes(),
+        message.content_type.as_deref().unwrap_or("").as_bytes(),
+        &message.data,
+    ] {
+        digest.update(&(part.len() as u64).to_be_bytes());
+        digest.update(part);
+    }
+    let hash = digest.finish();
+    let hex: String = hash.as_ref()[..16]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!(
+        "{}-{}-5{}-a{}-{}",
         &hex[0..8],
         &hex[8..12],
         &hex[13..16],
@@ -1226,6 +1274,37 @@ mod tests {
             TopicEvent::of(&message, "pubsub", "orders").data,
             br#"{"a":1}"#
         );
+    }
+
+    /// A message that is not a CloudEvent (a publisher writing to the
+    /// broker directly), delivered again: the envelope made around it
+    /// keeps its id, on a plain and a raw-payload subscription, so an app
+    /// de-duplicating by id sees the redelivery. Another message, or the
+    /// same broker id with another payload (a switched broker reusing
+    /// ids), gets another. Failed before: a new random id each delivery.
+    #[test]
+    fn a_redelivered_message_that_is_not_a_cloud_event_keeps_its_envelope_id() {
+        let message = |id: &str, data: &[u8]| rewire_runtime::Message {
+            id: id.into(),
+            topic: "orders".into(),
+            data: data.to_vec(),
+            content_type: Some("application/json".into()),
+            ..Default::default()
+        };
+        let first = message("1700000000000-0", br#"{"a":1}"#);
+        for of in [TopicEvent::of, TopicEvent::of_raw_payload] {
+            let id = of(&first, "pubsub", "orders").id;
+            assert_eq!(id.len(), 36, "{id}");
+            assert_eq!(of(&first.clone(), "pubsub", "orders").id, id);
+            let other = message("1700000000000-1", br#"{"a":1}"#);
+            assert_ne!(of(&other, "pubsub", "orders").id, id);
+            let reused = message("1700000000000-0", br#"{"a":2}"#);
+            assert_ne!(of(&reused, "pubsub", "orders").id, id);
+            assert_ne!(of(&first, "other", "orders").id, id);
+        }
+        // A CloudEvent keeps its own id.
+        let event = delivered(cloud_event("application/json", serde_json::json!(1)));
+        assert_eq!(event.id, "e1");
     }
 
     /// The event a message holding the CloudEvent `fields` reads as.
