@@ -1,10 +1,13 @@
 //! One gRPC call: run with a fresh generation snapshot ([`Call`]), secret
 //! values scrubbed from its error (`UNAVAILABLE` when a circuit breaker
-//! refused it), and its entry in the request metrics.
+//! refused it), a panic of its handler answered `INTERNAL`, and its entry
+//! in the request metrics.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
+use futures_util::FutureExt;
 use tonic::{Code, Status};
 use tracing::Instrument;
 
@@ -21,9 +24,12 @@ pub(super) fn caller<T>(request: &tonic::Request<T>) -> Option<opentelemetry::Co
 
 /// Runs `handler` as the gRPC method `method`: in its trace span (a child
 /// of `caller`'s, see [`caller`]), with a fresh generation snapshot,
-/// secret values scrubbed from its error, and the call counted in the
-/// request metrics. The span records the code answered (and, for a
-/// server's error, status `ERROR` with the message answered).
+/// secret values scrubbed from its error, a panic of `handler` (or of a
+/// component under it) answered `INTERNAL` instead of the stream reset,
+/// and the call counted in the request metrics. The span records the code
+/// answered (and, for a server's error, status `ERROR` with the message
+/// answered). The hot path (`hot_path`) calls the same methods, so it
+/// passes here too.
 pub(super) async fn observed<T, F, Fut>(
     state: &ApiState,
     method: &'static str,
@@ -60,7 +66,10 @@ where
     let call = Call::new(&state.runtime, label.clone());
     // A call refused by a component's open circuit breaker is
     // UNAVAILABLE, as Dapr answers it, whatever its operation's code.
-    let result = handler(call).await.map_err(|status| {
+    let answered = AssertUnwindSafe(async move { handler(call).await })
+        .catch_unwind()
+        .await;
+    let result = unless_panicked(method, answered).map_err(|status| {
         let code = if label.breaker_refused() {
             Code::Unavailable
         } else {
@@ -95,6 +104,24 @@ where
         );
     }
     result
+}
+
+/// A call's answer, or, when its handler (or a component under it)
+/// panicked, `INTERNAL` naming the method: the caller gets a status
+/// instead of a reset stream, and the call is counted and its span marked
+/// as an error. The panic's message went to the log, scrubbed, through the
+/// panic hook (`rewire_runtime::redact_panics`); it is not echoed to the
+/// caller.
+fn unless_panicked<T>(
+    method: &'static str,
+    answered: Result<Result<T, Status>, Box<dyn std::any::Any + Send>>,
+) -> Result<T, Status> {
+    answered.unwrap_or_else(|_| {
+        tracing::error!(method, "A gRPC call's handler panicked; answered INTERNAL.");
+        Err(Status::internal(format!(
+            "{method} failed: the sidecar's handler panicked"
+        )))
+    })
 }
 
 /// Longest error message a call answers, in bytes: sent as the
@@ -238,5 +265,39 @@ mod tests {
             "unknown stores do not become labels"
         );
         state.runtime.shutdown().await;
+    }
+
+    /// A handler (or a component under it) that panics is answered
+    /// `INTERNAL` naming the method, without the panic's text, and counted;
+    /// before, the panic reset the call's stream and went uncounted.
+    #[tokio::test]
+    async fn a_panicking_handler_is_answered_internal_and_counted() {
+        let state = state().await;
+        let panicked = observed(&state, "GetState", None, |_call| async move {
+            if state_is_poisoned() {
+                panic!("component blew up with s3cret");
+            }
+            Ok(())
+        })
+        .await;
+        let status = panicked.unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        assert_eq!(
+            status.message(),
+            "GetState failed: the sidecar's handler panicked"
+        );
+        let text = state.metrics.render(&state.runtime);
+        assert!(
+            text.contains(
+                r#"rewire_requests_total{api="grpc",method="GetState",store="",code="INTERNAL"} 1"#
+            ),
+            "{text}"
+        );
+        state.runtime.shutdown().await;
+    }
+
+    /// Always true: keeps the handler's `Ok` reachable for the compiler.
+    fn state_is_poisoned() -> bool {
+        std::hint::black_box(true)
     }
 }
