@@ -68,14 +68,40 @@ pub struct ComponentStatus {
     pub inbound_circuit_breaker: Option<BreakerStatus>,
 }
 
+/// What runs, as one generation runs it.
+#[derive(Debug, Clone)]
+pub(crate) struct Statuses {
+    /// The number of the generation shown.
+    pub(crate) generation: u64,
+    /// The app id it serves.
+    pub(crate) app_id: String,
+    /// Each of its components' status.
+    pub(crate) components: Vec<ComponentStatus>,
+}
+
 impl RunningSet {
-    /// The app id and every running component's status (asks each
-    /// component for its readiness, each within a deadline).
+    /// The app id and every running component's status, as
+    /// [`generation_status`](Self::generation_status) shows them.
+    #[cfg(test)]
     pub(crate) async fn statuses(&self, redactor: &Redactor) -> (String, Vec<ComponentStatus>) {
-        let (components, sources, app_id, marks) = {
+        let shown = self.generation_status(redactor).await;
+        (shown.app_id, shown.components)
+    }
+
+    /// The generation serving, its app id and every component's status
+    /// (asks each component for its readiness, each within a deadline).
+    ///
+    /// Everything shown is of one generation: its number, components, app
+    /// id, sources, marks and circuit breakers are taken together under the
+    /// state lock (a commit publishes under it) before readiness is asked
+    /// of those very instances, so a reload committing while they answer
+    /// shows in the next status, not half in this one.
+    pub(crate) async fn generation_status(&self, redactor: &Redactor) -> Statuses {
+        let (generation, components, sources, app_id, marks) = {
             let state = self.state();
             let (_, sources) = state.layers.whole(&state.config.config).effective();
             (
+                self.live.load_full(),
                 state.components.clone(),
                 sources,
                 state.config.config.app_id.clone(),
@@ -83,7 +109,6 @@ impl RunningSet {
             )
         };
         let mut readiness = readiness_of(&components).await;
-        let generation = self.live.load_full();
         let mut statuses = Vec::with_capacity(components.len());
         for (key, running) in components.iter() {
             let answer = readiness.remove(key).unwrap_or(Answer::TimedOut);
@@ -136,7 +161,11 @@ impl RunningSet {
                 not_as_declared: marks.get(key).map(Mark::status_note),
             });
         }
-        (app_id, statuses)
+        Statuses {
+            generation: generation.number,
+            app_id,
+            components: statuses,
+        }
     }
 }
 

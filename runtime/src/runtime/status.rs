@@ -35,15 +35,24 @@ impl Runtime {
     }
 
     /// The runtime's status (asks each component for its readiness).
+    ///
+    /// One consistent answer: the reload history (and the pending retry)
+    /// is read first, then the generation serving with its components is
+    /// taken in one snapshot. A reload is recorded only after its commit,
+    /// so every record shown is of a generation at most the one shown and
+    /// the components shown are at least as new as what it did; a reload
+    /// committing while the components answer their readiness shows (its
+    /// components and its record) in the next status.
     pub async fn status(&self) -> Status {
-        let generation = self.running().generation_number();
-        let (app_id, components) = self.running().statuses(&self.inner.redactor).await;
+        let reloads = self.history();
+        let pending_retry = self.pending_retry();
+        let shown = self.running().generation_status(&self.inner.redactor).await;
         Status {
-            generation,
-            app_id,
-            components,
-            reloads: self.history(),
-            pending_retry: self.pending_retry(),
+            generation: shown.generation,
+            app_id: shown.app_id,
+            components: shown.components,
+            reloads,
+            pending_retry,
         }
     }
 }

@@ -660,4 +660,5 @@ async fn control_plane_changes_waiting_on_a_queued_reload_keep_their_order() {
 }
 
 mod reload_bounds;
+mod status_during_reload;
 mod watched_ref_after_staged_panic;
