@@ -74,6 +74,9 @@ pub struct ApiMetrics {
     /// The uploads running (both servers'), counted against
     /// `ApiOptions::max_uploads`.
     uploads: crate::upload_slots::UploadSlots,
+    /// The downloads running (both servers'), counted against
+    /// `ApiOptions::max_downloads`.
+    downloads: crate::connection::DownloadSlots,
 }
 
 impl std::fmt::Debug for ApiMetrics {
@@ -151,6 +154,7 @@ impl ApiMetrics {
             request_seconds,
             request_series: RequestSeries::default(),
             uploads: crate::upload_slots::UploadSlots::default(),
+            downloads: crate::connection::DownloadSlots::default(),
         }
     }
 
@@ -158,6 +162,12 @@ impl ApiMetrics {
     /// together: each takes a place for as long as it runs.
     pub fn uploads(&self) -> &crate::upload_slots::UploadSlots {
         &self.uploads
+    }
+
+    /// The downloads running, HTTP file `GET`s and Layotto `GetFile`s
+    /// together: each takes a place until its reader is let go of.
+    pub fn downloads(&self) -> &crate::connection::DownloadSlots {
+        &self.downloads
     }
 
     /// Counts every reload of `runtime` from now on (in the background).

@@ -94,6 +94,13 @@ pub struct ApiOptions {
     /// more is refused (HTTP 429 `ERR_TOO_MANY_REQUESTS`, gRPC
     /// `RESOURCE_EXHAUSTED`), its place given back when an upload ends.
     pub max_uploads: usize,
+    /// File downloads running at once (the HTTP file `GET` and Layotto's
+    /// `GetFile` together; each holds its store's reader, with the `local`
+    /// store an open file, and a few chunks for as long as its client
+    /// takes one every 30 s); one more is refused (HTTP 429
+    /// `ERR_TOO_MANY_REQUESTS`, gRPC `RESOURCE_EXHAUSTED`), its place
+    /// given back when a download ends.
+    pub max_downloads: usize,
     /// TLS on the listeners (default: none, plain text).
     pub tls: TlsSettings,
     /// The app (`--app-port`), to which configuration updates of HTTP
@@ -124,6 +131,7 @@ impl Default for ApiOptions {
             shutdown_grace: Duration::from_secs(5),
             max_topic_streams: 1024,
             max_uploads: 256,
+            max_downloads: 256,
             tls: TlsSettings::default(),
             app_channel: None,
             app_api_token: None,

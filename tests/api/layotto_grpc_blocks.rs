@@ -938,6 +938,68 @@ async fn a_put_file_past_max_uploads_is_refused_until_the_running_one_ends() {
     sidecar.stop().await;
 }
 
+/// Downloads share one bound across both servers: a `GetFile` whose
+/// client reads nothing holds its place (and the open file) until it is
+/// dropped; meanwhile another `GetFile` is `RESOURCE_EXHAUSTED` and an
+/// HTTP `GET` 429, both naming `max_downloads`. Failed before the bound:
+/// every download was served, each holding a file and chunks for as long
+/// as its client kept the stream.
+#[tokio::test]
+async fn downloads_past_max_downloads_are_refused_until_one_is_let_go_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ApiOptions {
+        max_downloads: 1,
+        ..ApiOptions::default()
+    };
+    let sidecar = local_files(&dir, None, options).await;
+    let root = dir.path().join("files");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("big.bin"), vec![7u8; 8 << 20]).unwrap();
+    let mut client = runtime(&sidecar).await;
+    let request = || layotto::GetFileRequest {
+        store_name: "files".into(),
+        name: "big.bin".into(),
+        ..Default::default()
+    };
+    let unread = client
+        .get_file(request())
+        .await
+        .expect("a place")
+        .into_inner();
+    let refused = client.get_file(request()).await.expect_err("no place left");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains("max_downloads: 1")
+            && refused.message().contains("file `big.bin`"),
+        "{}",
+        refused.message()
+    );
+    let url = format!("{}/v1.0/rewire/file/files/big.bin", sidecar.http_url());
+    let http = reqwest::get(&url).await.expect("answered");
+    assert_eq!(http.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(http.text().await.unwrap().contains("max_downloads: 1"));
+    drop(unread);
+    let read = tokio::time::timeout(grpc::PATIENCE, async {
+        loop {
+            match client.get_file(request()).await {
+                Ok(stream) => break stream.into_inner(),
+                Err(status) => {
+                    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
+        }
+    })
+    .await;
+    let mut read = read.expect("a place was given back once the stream was dropped");
+    let mut length = 0;
+    while let Some(chunk) = read.message().await.unwrap() {
+        length += chunk.data.len();
+    }
+    assert_eq!(length, 8 << 20);
+    sidecar.stop().await;
+}
+
 /// Waits, up to the test's patience, until `folder` holds `count` entries
 /// (a put's temporary file among them).
 async fn holds(folder: &std::path::Path, count: usize, what: &str) {

@@ -28,6 +28,7 @@
 mod accept;
 mod body_budget;
 mod count_requests;
+mod download_slots;
 mod grpc_framing;
 mod io;
 mod reader_pump;
@@ -36,6 +37,7 @@ mod replying;
 pub use accept::{accept_loop, Accepted, Backoff, FIRST_REQUEST_LIMIT, HANDSHAKE_LIMIT};
 pub use body_budget::{BodyBudget, BodyCharge, BoxError, Budgeted};
 pub use count_requests::{BodyRead, CountRequests, CountRequestsLayer, CountedAnswer, CountedBody};
+pub use download_slots::{DownloadSlot, DownloadSlots, DownloadsFull, HeldReader};
 pub use io::{Connection, Transport};
 pub(crate) use reader_pump::{pump, pumped, Pumped, CLIENT_READS_WITHIN, QUEUED_CHUNKS};
 pub use replying::{ReplyCharge, Replying, SLICE};

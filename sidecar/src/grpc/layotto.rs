@@ -320,7 +320,7 @@ impl Runtime for LayottoApi {
         let caller = caller(&request);
         let message = request.into_inner();
         observed(&self.state, "layotto.GetFile", caller, |call| {
-            layotto_file::get(call, message)
+            layotto_file::get(call, message, &self.state)
         })
         .await
         .map(Response::new)

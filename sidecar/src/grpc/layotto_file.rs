@@ -130,15 +130,26 @@ pub(super) async fn put(
     Ok(())
 }
 
-/// `GetFile`: the contents in chunks of [`CHUNK`] bytes, read as sent.
-pub(super) async fn get(call: Call, req: pb::GetFileRequest) -> Result<FileStream, Status> {
+/// `GetFile`: the contents in chunks of [`CHUNK`] bytes, read as sent,
+/// holding a place among `max_downloads` until the file is let go of
+/// (`RESOURCE_EXHAUSTED` when none is left).
+pub(super) async fn get(
+    call: Call,
+    req: pb::GetFileRequest,
+    state: &ApiState,
+) -> Result<FileStream, Status> {
     let store = call.file_store(&req.store_name)?;
+    let place = state
+        .metrics
+        .downloads()
+        .take(state.options.max_downloads, store.name(), &req.name)
+        .map_err(|full| Status::resource_exhausted(full.to_string()))?;
     let read = store.get(&req.name).await?;
     let (out, stream) = mpsc::channel(QUEUED_CHUNKS);
     let end = StreamEnd::default();
     let stream = EndableStream::new(stream, &end);
     let file = format!("file `{}` of file store `{}`", req.name, req.store_name);
-    tokio::spawn(send_chunks(read.body, out, end, file));
+    tokio::spawn(send_chunks(place.holding(read.body), out, end, file));
     Ok(Box::pin(stream))
 }
 

@@ -96,13 +96,20 @@ pub async fn put(
 /// `GET /v1.0/rewire/file/{store}/{*name}`: the file, streamed; let go
 /// of (the response failed) when the client takes no chunk for
 /// [`CLIENT_READS_WITHIN`](crate::connection::CLIENT_READS_WITHIN), not
-/// held for as long as its connection lives.
+/// held for as long as its connection lives. It holds a place among
+/// `max_downloads` until then (429 when none is left).
 pub async fn get(
+    State(state): State<ApiState>,
     call: Call,
     PathParams((store, name)): PathParams<(String, String)>,
 ) -> Result<Response, RewireHttpError> {
-    let read = call.file_store(&store)?.get(&name).await?;
-    let body = Body::from_stream(pumped(read.body, CHUNK));
+    let ops = call.file_store(&store)?;
+    let place = state
+        .metrics
+        .downloads()
+        .take(state.options.max_downloads, ops.name(), &name)?;
+    let read = ops.get(&name).await?;
+    let body = Body::from_stream(pumped(place.holding(read.body), CHUNK));
     Ok((info_headers(&read.info), body).into_response())
 }
 

@@ -9,6 +9,7 @@ use serde_json::json;
 use rewire_runtime::{FileError, SequencerError};
 
 use super::error::HttpError;
+use crate::connection::DownloadsFull;
 use crate::dapr::{FileOpError, SequencerOpError, UploadError};
 
 /// Why a call to a rewire route failed.
@@ -27,6 +28,9 @@ pub enum RewireHttpError {
     /// refused for too many running.
     #[error(transparent)]
     Upload(UploadError),
+    /// A download refused for too many running.
+    #[error(transparent)]
+    Downloads(#[from] DownloadsFull),
 }
 
 impl From<UploadError> for RewireHttpError {
@@ -68,7 +72,7 @@ impl RewireHttpError {
                 FileError::TooLarge { .. } => ("ERR_FILE_TOO_LARGE", StatusCode::PAYLOAD_TOO_LARGE),
                 FileError::Backend(_) => ("ERR_FILE_STORE", StatusCode::INTERNAL_SERVER_ERROR),
             },
-            Self::Upload(UploadError::TooMany { .. }) => {
+            Self::Upload(UploadError::TooMany { .. }) | Self::Downloads(_) => {
                 ("ERR_TOO_MANY_REQUESTS", StatusCode::TOO_MANY_REQUESTS)
             }
             Self::Upload(UploadError::StoreStalled { .. }) => {
