@@ -30,7 +30,10 @@
 //! temporary file) keeps the upload's hold (the sidecar's `max_uploads`
 //! place) until it has returned, however long after the put's future is
 //! gone ([`held`]): a hung disk never has more puts' blocking writes than
-//! uploads admitted.
+//! uploads admitted. Its other blocking work (opens, stats, listings,
+//! deletes) runs at most [`blocking_ops::MAX_BLOCKING_OPS`] at once per
+//! store ([`blocking_ops`]): a hung mount never takes the process's whole
+//! blocking pool.
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -55,11 +58,13 @@ use super::names::{self, TEMP_PREFIX};
 use super::{copy_bounded, deserialize_size, page_size, DEFAULT_MAX_FILE_SIZE};
 
 mod beneath;
+mod blocking_ops;
 mod go_mode;
 mod held;
 mod listing;
 
 use beneath::{Entry, Kind};
+use blocking_ops::BlockingOps;
 use held::{Held, HeldFile};
 
 /// A temporary file untouched this long is a dead put's, whoever wrote it.
@@ -97,6 +102,9 @@ pub struct LocalFileStore {
     /// A handle on the root, resolved and canonical (set at init): every
     /// name is resolved beneath it.
     root: OnceLock<Arc<OwnedFd>>,
+    /// The places of its opens, stats, listings and deletes: a hung disk
+    /// keeps at most [`blocking_ops::MAX_BLOCKING_OPS`] threads.
+    ops: BlockingOps,
 }
 
 fn backend(what: &str, name: &str, err: std::io::Error) -> FileError {
@@ -117,6 +125,7 @@ impl LocalFileStore {
         Self {
             metadata,
             root: OnceLock::new(),
+            ops: BlockingOps::default(),
         }
     }
 
@@ -127,7 +136,8 @@ impl LocalFileStore {
             .ok_or_else(|| FileError::Backend("the file store is not initialised".into()))
     }
 
-    /// Runs `op` off the runtime with the handle on the folder of `name`
+    /// Runs `op` off the runtime (holding one of the store's places for
+    /// blocking work, [`BlockingOps`]) with the handle on the folder of `name`
     /// (checked: [`beneath::folder`]; with `create`, missing folders are
     /// made), the name and its last part.
     async fn beneath<T: Send + 'static>(
@@ -139,15 +149,16 @@ impl LocalFileStore {
         names::parts(name)?;
         let root = self.root()?;
         let name = name.to_string();
-        blocking(move || {
-            let parts = names::parts(&name)?;
-            let Some((last, folders)) = parts.split_last() else {
-                return Err(FileError::Invalid("the file name is empty".into()));
-            };
-            let folder = beneath::folder(root.as_fd(), &name, folders, create)?;
-            op(Arc::new(folder), &name, last)
-        })
-        .await
+        self.ops
+            .run(move || {
+                let parts = names::parts(&name)?;
+                let Some((last, folders)) = parts.split_last() else {
+                    return Err(FileError::Invalid("the file name is empty".into()));
+                };
+                let folder = beneath::folder(root.as_fd(), &name, folders, create)?;
+                op(Arc::new(folder), &name, last)
+            })
+            .await
     }
 }
 
@@ -169,15 +180,6 @@ fn stated(folder: &OwnedFd, name: &str, last: &str) -> Result<std::fs::Metadata,
         Entry::Folder(meta) => Ok(meta),
         _ => existing(folder, name, last),
     }
-}
-
-/// Runs the blocking `op` off the runtime (as `tokio::fs` does).
-async fn blocking<T: Send + 'static>(
-    op: impl FnOnce() -> Result<T, FileError> + Send + 'static,
-) -> Result<T, FileError> {
-    tokio::task::spawn_blocking(op)
-        .await
-        .map_err(|err| FileError::Backend(format!("the file store's task failed: {err}")))?
 }
 
 /// Size and age: what a listing, a put and a read answer (no metadata:
@@ -588,7 +590,7 @@ impl FileStore for LocalFileStore {
         let root = self.root()?;
         // Held by this future: dropped with it, the walk stops.
         let (_stop, walk) = list_task(root, req, listing::LIST_ENTRIES);
-        blocking(walk).await
+        self.ops.run(walk).await
     }
 
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
@@ -656,6 +658,7 @@ mod tests {
                 max_file_size: DEFAULT_MAX_FILE_SIZE,
             },
             root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
+            ops: BlockingOps::default(),
         });
         let (disk, mut probes) = held::HungDisk::new();
         let put = tokio::spawn(async move {
@@ -699,6 +702,7 @@ mod tests {
                 max_file_size: DEFAULT_MAX_FILE_SIZE,
             },
             root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
+            ops: BlockingOps::default(),
         };
         let page = store.list(ListRequest::default()).await.unwrap();
         let [listed] = page.files.as_slice() else {
