@@ -24,7 +24,11 @@
 //! `keyPrefix` literal, the id as a decimal value) go on: the first
 //! request for a key (per instance) reads the decimal value there — and
 //! at `{keyPrefixPath}sequencer|||{key}` when `keyPrefixPath` is set, and
-//! at the counter's own key — and ids go on above it.
+//! at the counter's own key — and ids go on above it. Only while the
+//! counter has no record of rewire's yet (no id of it handed out): other
+//! clients may write those keys (a config store's `SaveConfiguration`
+//! without a key prefix), so a counter in use never follows them; a value
+//! there that is no number is taken as absent, with a warning.
 //!
 //! TLS: the config store's `caCert`, `clientCert` and `clientKey` (or an
 //! `https://` endpoint). Files among them are followed while the
@@ -49,7 +53,7 @@ use serde::Deserialize;
 use tokio_util::sync::DropGuard;
 
 use super::metadata::{EtcdMetadata, EtcdSettings};
-use super::sequencer_kv::{CounterKeys, EtcdCounters, NewChannels, MAX_LIFT_PUTS};
+use super::sequencer_kv::{CounterError, CounterKeys, EtcdCounters, NewChannels, MAX_LIFT_PUTS};
 use crate::high_water::{
     check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
     MAX_KEYS,
@@ -202,7 +206,19 @@ impl EtcdSequencer {
         // counter.
         marks.has_room(key).await?;
         let mut floor = marks.floor(key).await?;
-        let migrate = !self.lock_migrated().contains(key);
+        let mut migrate = !self.lock_migrated().contains(key);
+        if migrate
+            && counters
+                .has_record(&keys)
+                .await
+                .map_err(SequencerError::Backend)?
+        {
+            // Rewire handed out ids from this counter: the earlier layout
+            // was read then. Read again, a key another client wrote there
+            // since (a config item) would lift, or jump, the counter.
+            self.remember_migrated(key);
+            migrate = false;
+        }
         if migrate {
             // The earlier layout's keys this configuration names (a key
             // the user may not read is warned about)...
@@ -235,17 +251,16 @@ impl EtcdSequencer {
             }
         }
         for refused in 0..MAX_ATTEMPTS {
-            let (id, channels) = counters
-                .next_above(&keys, floor)
-                .await
-                .map_err(SequencerError::Backend)?;
+            let (id, channels) =
+                counters
+                    .next_above(&keys, floor)
+                    .await
+                    .map_err(|err| match err {
+                        CounterError::RunOut(_) => SequencerError::Exhausted(key.to_string()),
+                        CounterError::Failed(message) => SequencerError::Backend(message),
+                    })?;
             if migrate {
-                let mut migrated = self.lock_migrated();
-                if migrated.len() >= MAX_KEYS {
-                    // Reading again is harmless (it only lifts).
-                    migrated.clear();
-                }
-                migrated.insert(key.to_string());
+                self.remember_migrated(key);
             }
             match sources.judge(marks, key, id, channels).await? {
                 Verdict::Accept => return Ok(id),
@@ -266,6 +281,17 @@ impl EtcdSequencer {
         Err(SequencerError::Backend(format!(
             "no id for `{key}` after {MAX_ATTEMPTS} attempts (ids below the high-water mark)"
         )))
+    }
+
+    /// Notes that the earlier layout's counters of `key` were read (or
+    /// need not be): not read again by this instance.
+    fn remember_migrated(&self, key: &str) {
+        let mut migrated = self.lock_migrated();
+        if migrated.len() >= MAX_KEYS {
+            // Reading again costs a read, no more: forget, not grow.
+            migrated.clear();
+        }
+        migrated.insert(key.to_string());
     }
 
     fn lock_migrated(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {

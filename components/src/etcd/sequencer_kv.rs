@@ -14,6 +14,29 @@ use rewire_etcd::{Client, ConnectOptions, TlsOptions};
 use super::metadata::EtcdSettings;
 use crate::tls::ClientTls;
 
+/// Why a counter gave no id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CounterError {
+    /// Its next id would pass `i64::MAX`: the sequence is exhausted.
+    RunOut(String),
+    /// etcd failed, or the counter is not as rewire keeps it.
+    Failed(String),
+}
+
+impl From<String> for CounterError {
+    fn from(message: String) -> Self {
+        Self::Failed(message)
+    }
+}
+
+impl std::fmt::Display for CounterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::RunOut(message) | Self::Failed(message) => f.write_str(message),
+        }
+    }
+}
+
 /// The channels [`EtcdCounters::replace_tls`] swapped in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewChannels {
@@ -111,11 +134,28 @@ impl EtcdCounters {
         self.client.channels_generation()
     }
 
+    /// Whether counter `keys` has rewire's record beside it: rewire has
+    /// handed out ids from it (the record is written before its first id),
+    /// so the counters of the earlier layout were read then and are not
+    /// read again (other clients may write those keys: a config store's
+    /// `SaveConfiguration` without a key prefix writes `sequencer|||…`).
+    pub async fn has_record(&self, keys: &CounterKeys) -> Result<bool, String> {
+        let reply = self
+            .client
+            .get(keys.offset.as_str())
+            .await
+            .map_err(|err| self.settings.scrub(&err.to_string()))?;
+        Ok(!reply.kvs.is_empty())
+    }
+
     /// What a counter of rewire's earlier layout holds: its decimal value,
     /// `None` when absent or empty (Layotto's counters hold nothing). A
     /// key the user may not read counts as absent: the earlier layout's
     /// writer, with these credentials, could not have written it either.
-    /// (`quiet`: a key only looked at in case, not warned about.)
+    /// A value that is no decimal counts as absent too, with a warning:
+    /// another client wrote it (a config store's item), and nothing there
+    /// fails a request. (`quiet`: a key only looked at in case, not warned
+    /// about.)
     pub async fn read_old(&self, key: &str, quiet: bool) -> Result<Option<i64>, String> {
         let reply = match self.client.get(key).await {
             Ok(reply) => reply,
@@ -138,14 +178,17 @@ impl EtcdCounters {
         if kv.value.is_empty() {
             return Ok(None);
         }
-        let text = std::str::from_utf8(&kv.value)
-            .map_err(|_| format!("counter `{key}` does not hold text"))?;
-        text.parse::<i64>().map(Some).map_err(|_| {
-            format!(
-                "counter `{key}` holds `{}`, not a number",
-                cut_short(text, SHOWN_VALUE_CHARS)
-            )
-        })
+        let text = String::from_utf8_lossy(&kv.value);
+        let value = text.parse::<i64>().ok();
+        if value.is_none() {
+            let shown = cut_short(&text, SHOWN_VALUE_CHARS);
+            if quiet {
+                tracing::debug!(key, value = %shown, "An earlier-layout counter that holds no number is taken as absent.");
+            } else {
+                tracing::warn!(key, value = %shown, "An earlier-layout counter holds no number (another client wrote it); it is taken as absent.");
+            }
+        }
+        Ok(value)
     }
 
     async fn bumped(&self, keys: &CounterKeys) -> Result<Counter, String> {
@@ -169,11 +212,15 @@ impl EtcdCounters {
     /// [`channels`](Self::channels)); `None` when new ones were swapped in
     /// meanwhile: the id may then come from either set (after a TLS swap
     /// the new channels may reach another cluster).
+    ///
+    /// [`CounterError::RunOut`] when the next id would pass `i64::MAX`
+    /// (`floor` is `i64::MAX`, or the counter's offset plus its version
+    /// overflows).
     pub async fn next_above(
         &self,
         keys: &CounterKeys,
         floor: i64,
-    ) -> Result<(i64, Option<u64>), String> {
+    ) -> Result<(i64, Option<u64>), CounterError> {
         let before = self.channels();
         let id = self.next_above_on_any(keys, floor).await?;
         let after = self.channels();
@@ -182,12 +229,19 @@ impl EtcdCounters {
 
     /// [`next_above`](Self::next_above) on whatever channels are in force
     /// at each write.
-    async fn next_above_on_any(&self, keys: &CounterKeys, floor: i64) -> Result<i64, String> {
+    async fn next_above_on_any(&self, keys: &CounterKeys, floor: i64) -> Result<i64, CounterError> {
         let key = &keys.counter;
+        if floor == i64::MAX {
+            // No id lies above it: not a put, nor a jump past the end.
+            return Err(run_out(key));
+        }
         let mut counter = self.bumped(keys).await?;
         let mut lifting = None;
         for _ in 0..MAX_JUMPS {
             let floor = floor.max(counter.recreated_floor(keys)?);
+            if floor == i64::MAX {
+                return Err(run_out(key));
+            }
             let id = counter.id(key)?;
             if id <= floor {
                 if lifting.is_none() {
@@ -233,10 +287,10 @@ impl EtcdCounters {
             }
             return Ok(id);
         }
-        Err(format!(
+        Err(CounterError::Failed(format!(
             "counter `{key}`: no id above {floor} after {MAX_JUMPS} tries (other clients \
              kept changing it)"
-        ))
+        )))
     }
 
     /// Makes counter `keys`, read as `counter` at `id`, jump to `floor + 1`
@@ -281,16 +335,16 @@ impl EtcdCounters {
         keys: &CounterKeys,
         floor: i64,
         from: Counter,
-    ) -> Result<Option<Counter>, String> {
+    ) -> Result<Option<Counter>, CounterError> {
         let mut id = from.id(&keys.counter)?;
         let mut puts = 0u64;
         while id <= floor {
             if puts > MAX_LIFT_PUTS {
-                return Err(format!(
+                return Err(CounterError::Failed(format!(
                     "counter `{}` is at {id} after {puts} puts: other clients keep it \
                      below {floor}",
                     keys.counter
-                ));
+                )));
             }
             let batch = u64::try_from(floor - id + 1)
                 .unwrap_or(1)
@@ -305,7 +359,7 @@ impl EtcdCounters {
             let mut made_again = false;
             while let Some(done) = writes.join_next().await {
                 let counter = done
-                    .map_err(|err| err.to_string())?
+                    .map_err(|err| CounterError::Failed(err.to_string()))?
                     .map_err(|err| self.settings.scrub(&err))?;
                 made_again |= counter.created != from.created;
                 let got = counter.id(&keys.counter)?;
@@ -390,10 +444,10 @@ struct Counter {
 }
 
 impl Counter {
-    fn id(self, key: &str) -> Result<i64, String> {
+    fn id(self, key: &str) -> Result<i64, CounterError> {
         self.offset
             .checked_add(self.version)
-            .ok_or_else(|| format!("counter `{key}` has run out of ids"))
+            .ok_or_else(|| run_out(key))
     }
 
     /// When the counter key was deleted and made again since rewire's
@@ -421,6 +475,11 @@ impl Counter {
             .offset
             .saturating_add(self.created.saturating_sub(recorded)))
     }
+}
+
+/// The error of counter `key` whose next id would pass `i64::MAX`.
+fn run_out(key: &str) -> CounterError {
+    CounterError::RunOut(format!("counter `{key}` has run out of ids"))
 }
 
 /// A put of the counter (an empty value, as Layotto's), and the counter

@@ -9,7 +9,11 @@
 //! (per process and connection) also reads the old key and lifts the
 //! counter to at least its value — in the same script when both keys are
 //! on one server; on a Redis Cluster, where they may be in different
-//! slots, by a `GET` of the old key whose value joins the floor.
+//! slots, by a `GET` of the old key whose value joins the floor. Only
+//! while the counter does not exist yet: other clients may write the old
+//! key (a pub/sub topic `sequencer|||orders` is a stream there), so a
+//! counter in use never follows it; a value there that is no counter is
+//! taken as absent, with a warning.
 //!
 //! Switching servers (a new `redisHost`, in place or by a rebuild; a
 //! failover) must not repeat ids: the new server's counter may be behind.
@@ -33,7 +37,7 @@ use rewire_runtime::{
     Component, ComponentError, IdRange, InPlace, InPlaceUpdate, InitContext, Metadata,
     NextIdRequest, Readiness, SegmentRequest, Sequencer, SequencerError,
 };
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::connection::{RedisConnection, Session};
 use super::metadata::{RedisMetadata, RedisType};
@@ -47,20 +51,28 @@ use crate::high_water::{
 const MAX_ATTEMPTS: usize = 16;
 
 /// `KEYS[1]`: the counter. `KEYS[2]` (optional): the counter's key in
-/// rewire's earlier layout, whose value (if any) joins the floor.
-/// `ARGV[1]`: how many ids. `ARGV[2]`: the floor. Lifts the counter to
-/// the floor if it is below, adds the size, and replies with the counter
-/// as Redis keeps it (a string): the last id of the range, above the
-/// floor. Lua numbers are doubles, exact only up to 2^53, so the script
-/// never computes with the counter: it compares the decimal strings (by
-/// length, then digits) and lets `INCRBY` add.
+/// rewire's earlier layout, whose value (if any) joins the floor — read
+/// only while the counter does not exist yet: other clients may write
+/// that key (a pub/sub topic `sequencer|||orders` is a stream there), so
+/// once the counter stands its ids never depend on it. An old key that is
+/// no string (`WRONGTYPE`) or no number is taken as absent and named in
+/// the reply (the sequencer warns). `ARGV[1]`: how many ids. `ARGV[2]`:
+/// the floor. Lifts the counter to the floor if it is below, adds the
+/// size, and replies `{"ok", counter}` with the counter as Redis keeps it
+/// (a string): the last id of the range, above the floor; `{"exhausted",
+/// ""}` when `INCRBY` would pass `i64::MAX`; a third element, when
+/// present, says why the old key was ignored. Lua numbers are doubles,
+/// exact only up to 2^53, so the script never computes with the counter:
+/// it compares the decimal strings (by length, then digits) and lets
+/// `INCRBY` add.
 ///
 /// A counter holding a double (`1e+17`: an early script wrote lifts past
 /// about 1e14 that way, and `INCRBY` refuses it for ever) is first set to
-/// the integer [`lifted_double`] says, in either key; one that is no
-/// number at all is refused, saying what to do — by `redis.error_reply`
-/// from the main chunk: before Redis 7.0 an `error()` raised with a table
-/// in a function failed in the error handler, losing the message.
+/// the integer [`lifted_double`] says, in either key; a counter (`KEYS[1]`)
+/// that is no number at all is refused, saying what to do — by
+/// `redis.error_reply` from the main chunk: before Redis 7.0 an `error()`
+/// raised with a table in a function failed in the error handler, losing
+/// the message.
 static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -110,13 +122,20 @@ local function integer(key, value)
   return lift
 end
 local floor = ARGV[2]
-if KEYS[2] then
-  local old, wrong = integer(KEYS[2], redis.call("GET", KEYS[2]))
-  if wrong then
-    return redis.error_reply(wrong)
-  end
-  if old and not below(old, floor) then
-    floor = (string.gsub(old, "^0+(%d)", "%1"))
+-- Why the old key was ignored (nil: it was not).
+local ignored = nil
+if KEYS[2] and redis.call("EXISTS", KEYS[1]) == 0 then
+  local read = redis.pcall("GET", KEYS[2])
+  if type(read) == "table" then
+    ignored = "it is no string (" .. tostring(read.err) .. ")"
+  elseif type(read) == "string" then
+    local old, wrong = integer(KEYS[2], read)
+    if wrong then
+      ignored = "it holds " .. string.format("%q", string.sub(read, 1, 64))
+        .. (#read > 64 and ("... (" .. #read .. " bytes)") or "") .. ", not a number"
+    elseif old and not below(old, floor) then
+      floor = (string.gsub(old, "^0+(%d)", "%1"))
+    end
   end
 end
 local counter = redis.call("GET", KEYS[1])
@@ -131,8 +150,14 @@ end
 if below(value, floor) then
   redis.call("SET", KEYS[1], floor)
 end
-redis.call("INCRBY", KEYS[1], ARGV[1])
-return redis.call("GET", KEYS[1])
+local added = redis.pcall("INCRBY", KEYS[1], ARGV[1])
+if type(added) == "table" then
+  if string.find(tostring(added.err), "overflow", 1, true) then
+    return {"exhausted", "", ignored}
+  end
+  return redis.error_reply(tostring(added.err))
+end
+return {"ok", redis.call("GET", KEYS[1]), ignored}
 "#,
     )
 });
@@ -166,6 +191,49 @@ fn lifted_double(number: f64) -> Option<i64> {
     let value = (number.ceil() + unit).ceil();
     // `i64::MAX as f64` rounds up to 2^63, itself out of range.
     (value < i64::MAX as f64).then_some(value as i64)
+}
+
+/// The value of counter `old` of the earlier layout, read on its own (a
+/// Redis Cluster): `None` when absent, and when another client left
+/// something there that is no counter (a stream of a pub/sub topic, text),
+/// with a warning: only a counter lifts the floor, and nothing there fails
+/// a request.
+async fn read_old_counter(
+    conn: &mut impl redis::aio::ConnectionLike,
+    old: &str,
+) -> Result<Option<i64>, redis::RedisError> {
+    let read: redis::RedisResult<Option<Vec<u8>>> =
+        redis::cmd("GET").arg(old).query_async(conn).await;
+    let value = match read {
+        Ok(None) => return Ok(None),
+        Ok(Some(value)) => value,
+        Err(err) if err.code() == Some("WRONGTYPE") => {
+            warn_old_counter_ignored(old, "it is no string (WRONGTYPE)");
+            return Ok(None);
+        }
+        Err(err) => return Err(err),
+    };
+    let text = String::from_utf8_lossy(&value);
+    let parsed = old_counter_value(&text);
+    if parsed.is_none() {
+        let shown: String = text.chars().take(64).collect();
+        let cut = if shown.len() < text.len() {
+            format!("... ({} bytes)", value.len())
+        } else {
+            String::new()
+        };
+        warn_old_counter_ignored(old, &format!("it holds {shown:?}{cut}, not a number"));
+    }
+    Ok(parsed)
+}
+
+/// Warns that counter `old` of the earlier layout was taken as absent, and
+/// `why`.
+fn warn_old_counter_ignored(old: &str, why: &str) {
+    warn!(
+        key = old,
+        why, "A key of the sequencer's earlier counter layout holds no counter (another client wrote it); it is taken as absent."
+    );
 }
 
 /// Refuses the sequencer's own fields on the state store and the lock.
@@ -269,24 +337,26 @@ impl RedisSequencer {
             };
             let mut invocation = NEXT_RANGE.key(&counter);
             if migrate && metadata.redis_type == RedisType::Cluster {
-                // Maybe another slot than the counter's: read on its own.
-                let value: Option<String> = redis::cmd("GET")
-                    .arg(&old)
+                // Maybe another slot than the counter's: read on its own,
+                // and only while the counter does not exist (as the script).
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(&counter)
                     .query_async(&mut conn)
                     .await
                     .map_err(failed)?;
-                if let Some(value) = value {
-                    let old_value = old_counter_value(&value).ok_or_else(|| {
-                        SequencerError::Backend(format!(
-                            "old counter `{old}` holds {value:?}, not a number"
-                        ))
-                    })?;
-                    floor = floor.max(old_value);
+                if !exists {
+                    if let Some(old_value) =
+                        read_old_counter(&mut conn, &old).await.map_err(failed)?
+                    {
+                        floor = floor.max(old_value);
+                    }
                 }
             } else if migrate {
                 invocation.key(&old);
             }
-            let reply: String = invocation
+            // Bytes: the note on an old key quotes its start, maybe cut
+            // inside a character, or not text at all.
+            let reply: Vec<Vec<u8>> = invocation
                 .arg(size)
                 .arg(floor)
                 .invoke_async(&mut conn)
@@ -295,9 +365,25 @@ impl RedisSequencer {
             if migrate {
                 self.lock_migrated().record(&session, key);
             }
-            let last: i64 = reply.parse().map_err(|_| {
-                SequencerError::Backend(format!("counter `{counter}` replied {reply:?}"))
-            })?;
+            let (status, reply) = match reply.as_slice() {
+                [status, value, ignored @ ..] => {
+                    if let Some(why) = ignored.first() {
+                        warn_old_counter_ignored(&old, &String::from_utf8_lossy(why));
+                    }
+                    (status.as_slice(), String::from_utf8_lossy(value))
+                }
+                _ => (&b""[..], Default::default()),
+            };
+            if status == b"exhausted" {
+                return Err(SequencerError::Exhausted(key.to_string()));
+            }
+            let last: i64 = reply
+                .parse()
+                .ok()
+                .filter(|_| status == b"ok")
+                .ok_or_else(|| {
+                    SequencerError::Backend(format!("counter `{counter}` replied {reply:?}"))
+                })?;
             // The script lifts the counter above the floor (>= 0), so the
             // range starts above zero; anything else is not our counter.
             let from = last

@@ -603,7 +603,7 @@ async fn redis_counters_in_the_earlier_layout_go_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_counters_in_the_earlier_layout_go_on_across_slots() {
     let cluster = testkit::redis_cluster::RedisCluster::start().await;
-    let mut written = false;
+    let mut written = None;
     for port in cluster.master_ports().await {
         // Only the master of the key's slot takes it (the others: MOVED).
         if cluster
@@ -611,13 +611,95 @@ async fn redis_cluster_counters_in_the_earlier_layout_go_on_across_slots() {
             .await
             .is_ok()
         {
-            written = true;
+            written = Some(port);
             break;
         }
     }
-    assert!(written, "no master took the old key");
+    let old_master = written.expect("no master took the old key");
+    // A pub/sub topic `sequencer|||events` on the same cluster: a stream
+    // at the old key of `events`, no counter (before: WRONGTYPE, every
+    // first request after a restart failed).
+    let mut streamed = false;
+    for port in cluster.master_ports().await {
+        let add = ["XADD", "sequencer|||events", "*", "f", "v"];
+        if cluster.query(port, &add).await.is_ok() {
+            streamed = true;
+            break;
+        }
+    }
+    assert!(streamed, "no master took the stream");
     let metadata = json!({"redisHost": cluster.seeds(), "redisType": "cluster"});
-    let ids = sequencer("redis", metadata).await;
+    let ids = sequencer("redis", metadata.clone()).await;
     assert_eq!(ids.get_next_id(strong("orders")).await, Ok(701));
     assert_eq!(ids.get_next_id(strong("orders")).await, Ok(702));
+    assert_eq!(ids.get_next_id(strong("events")).await, Ok(1));
+    // Once the counter exists, the old key is not read again: a value
+    // planted there does not make a restarted sequencer jump.
+    let plant = ["SET", "sequencer|||orders", "9223372036854775800"];
+    cluster.query(old_master, &plant).await.unwrap();
+    let restarted = sequencer("redis", metadata).await;
+    assert_eq!(restarted.get_next_id(strong("orders")).await, Ok(703));
+}
+
+/// Keys of the earlier layout (`sequencer|||{key}`) are other clients'
+/// too: a pub/sub topic `sequencer|||orders` on the same server is a
+/// stream there, anything may be text. What is no counter is taken as
+/// absent, never failing a request (before: WRONGTYPE or "not an
+/// integer", after every restart); and once the counter exists the old
+/// key is not read again, so a value planted there does not make a
+/// restarted sequencer jump.
+#[tokio::test]
+async fn redis_an_earlier_layout_key_another_client_wrote_neither_fails_nor_lifts() {
+    let server = RedisServer::start().await;
+    server
+        .query(&["XADD", "sequencer|||orders", "*", "f", "v"])
+        .await
+        .unwrap();
+    server
+        .query(&["SET", "sequencer|||invoices", "twelve"])
+        .await
+        .unwrap();
+    // Cut at 64 bytes for the warning: in the middle of an `é`.
+    let accented = format!("a{}", "é".repeat(40));
+    server
+        .query(&["SET", "sequencer|||names", &accented])
+        .await
+        .unwrap();
+    let metadata = json!({"redisHost": server.addr()});
+    let ids = sequencer("redis", metadata.clone()).await;
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(1));
+    assert_eq!(ids.get_next_id(strong("names")).await, Ok(1));
+    assert_eq!(ids.get_next_id(strong("invoices")).await, Ok(1));
+    assert_eq!(ids.get_next_id(strong("invoices")).await, Ok(2));
+    server
+        .query(&["SET", "sequencer|||invoices", "9223372036854775800"])
+        .await
+        .unwrap();
+    let restarted = sequencer("redis", metadata).await;
+    assert_eq!(restarted.get_next_id(strong("invoices")).await, Ok(3));
+    assert_eq!(restarted.get_next_id(strong("orders")).await, Ok(2));
+}
+
+/// Ids past `i64::MAX` are RESOURCE_EXHAUSTED (`Exhausted`), as the
+/// memory sequencer's, not a backend failure (INTERNAL, counted by a
+/// circuit breaker): after `biggerThan` just below the end, and on a
+/// counter already at the end (`INCRBY` would overflow).
+#[tokio::test]
+async fn redis_ids_past_the_end_are_exhausted() {
+    let server = RedisServer::start().await;
+    let metadata = json!({"redisHost": server.addr(), "biggerThan": {"k": i64::MAX - 1}});
+    let ids = sequencer("redis", metadata).await;
+    assert_eq!(ids.get_next_id(strong("k")).await, Ok(i64::MAX));
+    assert_eq!(
+        ids.get_next_id(strong("k")).await,
+        Err(SequencerError::Exhausted("k".into()))
+    );
+    server
+        .query(&["SET", "sequencer|||test||full", &i64::MAX.to_string()])
+        .await
+        .unwrap();
+    assert_eq!(
+        ids.get_next_id(strong("full")).await,
+        Err(SequencerError::Exhausted("full".into()))
+    );
 }
