@@ -597,7 +597,10 @@ const STATUS_ERROR: i32 = 2;
 /// answered); the caller's error (HTTP 400) leaves the status unset, as
 /// OpenTelemetry asks of servers. A call refused for lacking the app token
 /// makes no span, though it carries a sampled `traceparent`: the trace it
-/// names gets nothing from the sidecar.
+/// names gets nothing from the sidecar. Nor does a health probe (open to
+/// all) without the token: before, it continued the caller's sampled
+/// trace, so a token-less flood of probes filled the export queue. One
+/// with the token continues it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_call_is_an_error_span_and_a_call_without_the_token_makes_none() {
     const TOKEN: &str = "trace-token-0815";
@@ -606,6 +609,8 @@ async fn a_failed_call_is_an_error_span_and_a_call_without_the_token_makes_none(
     const REFUSED: &str = "63333333333333333333333333333333";
     const GRPC_FAILED: &str = "64444444444444444444444444444444";
     const AFTER: &str = "65555555555555555555555555555555";
+    const PROBE: &str = "66666666666666666666666666666666";
+    const PROBE_WITH_TOKEN: &str = "67777777777777777777777777777777";
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rewire.json");
@@ -657,6 +662,16 @@ async fn a_failed_call_is_an_error_span_and_a_call_without_the_token_makes_none(
         .await
         .unwrap();
     assert_eq!(refused.status().as_u16(), 401);
+    for (trace_id, token) in [(PROBE, None), (PROBE_WITH_TOKEN, Some(TOKEN))] {
+        let mut probe = client
+            .get(format!("http://{http}/v1.0/healthz"))
+            .header("traceparent", traceparent(trace_id));
+        if let Some(token) = token {
+            probe = probe.header("dapr-api-token", token);
+        }
+        let probed = probe.send().await.unwrap();
+        assert!(probed.status().is_success(), "{}", probed.status());
+    }
 
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc}"))
         .unwrap()
@@ -737,6 +752,23 @@ async fn a_failed_call_is_an_error_span_and_a_call_without_the_token_makes_none(
         .map(|s| s.name.clone())
         .collect();
     assert!(refused.is_empty(), "a refused call made spans: {refused:?}");
+    let probe = receiver
+        .wait_for(
+            "the probe with the token's span",
+            of_trace(PROBE_WITH_TOKEN),
+        )
+        .await;
+    assert_eq!(probe.name, "Healthz");
+    let unauthenticated: Vec<String> = receiver
+        .all()
+        .iter()
+        .filter(|s| hex(&s.trace_id) == PROBE)
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(
+        unauthenticated.is_empty(),
+        "a probe without the token continued its caller's trace: {unauthenticated:?}"
+    );
 }
 
 /// Waits until `line` is in the sidecar's log.

@@ -22,10 +22,11 @@ use super::error::HttpError;
 use super::{auth, deadline, routes};
 use crate::dapr::StoreLabel;
 use crate::result_code::ResultCode;
-use crate::ApiState;
+use crate::{ApiOptions, ApiState};
 
 /// Middleware, the only one: refuses a call without the token its route
-/// needs ([`auth`](super::auth); no span is made for it), runs every other
+/// needs ([`auth`](super::auth); no span is made for it, nor for a health
+/// probe without the app token while one is set), runs every other
 /// in its trace span (continuing the caller's `traceparent`; the status
 /// answered recorded on it, `ERROR` for a 5xx), bounds it by `request_timeout`
 /// ([`deadline`](super::deadline); a file upload bounds itself by
@@ -62,10 +63,13 @@ where
     let options = &state.options;
     // A call refused for its token makes no span: its caller would
     // otherwise continue traces of its choosing, sampled, in the export
-    // queue. (gRPC refuses in its interceptor, before any span too.)
+    // queue. (gRPC refuses in its interceptor, before any span too.) Nor
+    // does a health probe without the token while one is set: it is
+    // answered, but a token-less flood of probes must not fill the queue.
     let refusal = auth::refusal(options, &request);
     let span = match refusal {
         Some(_) => tracing::Span::none(),
+        None if !traced_for_its_token(options, &request) => tracing::Span::none(),
         None => {
             let caller = crate::telemetry::propagation::caller_of_http(request.headers());
             crate::telemetry::propagation::api_span("http", operation, caller)
@@ -103,6 +107,15 @@ where
         started.elapsed(),
     );
     response
+}
+
+/// Whether a call admitted by [`auth::refusal`] may make a span (and so
+/// continue its caller's trace): any call while no app token is set, a
+/// health probe (open to all) only when it carries the app or admin token,
+/// every other admitted call (it carried the token its route needs).
+fn traced_for_its_token(options: &ApiOptions, request: &Request) -> bool {
+    let open = routes::UNAUTHENTICATED.contains(&request.uri().path());
+    !open || options.app_token.is_none() || auth::authenticated(options, request.headers())
 }
 
 /// A call's answer, or, when its handler (or a component under it)
