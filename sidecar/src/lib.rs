@@ -28,6 +28,7 @@ pub mod in_flight;
 pub mod metrics;
 mod options;
 mod pem_reason;
+pub mod plain_http;
 pub mod reply_budget;
 pub mod result_code;
 mod server;

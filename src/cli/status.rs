@@ -78,18 +78,21 @@ pub async fn status_command(
 /// An HTTP client, over TLS (rustls, ring) when `tls` asks for it, that
 /// follows no redirect and goes through no proxy from the environment
 /// (`HTTP_PROXY`, `ALL_PROXY`, which reqwest reads by default): the token
-/// headers would go along.
+/// headers would go along. In plain text it reads no system certificate
+/// ([`rewire_sidecar::plain_http`]): none found, or a bundle that does
+/// not answer, must not fail or hold a status over `http://`.
 fn http_client(tls: &super::client_tls::ClientTlsArgs) -> Result<reqwest::Client, String> {
-    let builder = reqwest::Client::builder()
+    let builder = match tls.scheme() {
+        "https" => reqwest::Client::builder().tls_backend_preconfigured(tls.rustls()?),
+        _ => rewire_sidecar::plain_http::client_builder(),
+    };
+    builder
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .connect_timeout(super::remote::CONNECT_TIMEOUT)
-        .timeout(super::remote::STATUS_TIMEOUT);
-    let builder = match tls.scheme() {
-        "https" => builder.tls_backend_preconfigured(tls.rustls()?),
-        _ => builder,
-    };
-    builder.build().map_err(|err| format!("HTTP client: {err}"))
+        .timeout(super::remote::STATUS_TIMEOUT)
+        .build()
+        .map_err(|err| format!("HTTP client: {err}"))
 }
 
 /// The status request, with the API and admin tokens from the environment

@@ -197,6 +197,52 @@ fn apply_and_status_say_clearly_when_no_sidecar_runs() {
     );
 }
 
+/// `rewire status` over plain HTTP reads no system certificate: where
+/// none can be found (`SSL_CERT_FILE` and `SSL_CERT_DIR` naming nothing:
+/// an image without a CA bundle) it answers, and with `SSL_CERT_FILE` a
+/// FIFO nobody writes (a bundle on a hung mount) it does not wait on it.
+/// Before: "HTTP client: builder error" (exit 1), and a hang past the
+/// 5 s connect bound.
+#[test]
+fn status_over_plain_http_reads_no_system_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    std::fs::write(&config, r#"{"components": {}}"#).unwrap();
+    let fifo = dir.path().join("ca-fifo.pem");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    let fifo = fifo.to_str().expect("a UTF-8 path");
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let http = format!("127.0.0.1:{}", free_port());
+    let no_bundle = [
+        ("SSL_CERT_FILE", "/nonexistent/ca.pem"),
+        ("SSL_CERT_DIR", "/nonexistent"),
+    ];
+    let _sidecar = start_with(&config, &grpc, &http, &no_bundle);
+    for cert_file in ["/nonexistent/ca.pem", fifo] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args(["status", "--http-addr", &http])
+            .env("SSL_CERT_FILE", cert_file)
+            .env("SSL_CERT_DIR", "/nonexistent");
+        for name in TOKEN_VARIABLES {
+            command.env_remove(name);
+        }
+        let status = testkit::output_within(&mut command, Duration::from_secs(60))
+            .unwrap_or_else(|err| panic!("SSL_CERT_FILE={cert_file}: status hangs: {err}"));
+        assert!(
+            status.status.success(),
+            "SSL_CERT_FILE={cert_file}: {}",
+            text(&status.stderr)
+        );
+        assert!(
+            text(&status.stdout).starts_with("generation 1, app id "),
+            "{}",
+            text(&status.stdout)
+        );
+    }
+}
+
 /// A port that accepts connections and never answers (a stopped sidecar:
 /// the kernel still accepts; a port that is not a sidecar): `apply` gives
 /// up within seconds, saying so, instead of waiting for ever. The request

@@ -63,10 +63,7 @@ pub(super) fn build_exporter_keeping(
     let mut inner = match settings.protocol {
         OtelProtocol::Http => {
             crate::crypto::install_ring_provider();
-            let client = tls
-                .reqwest(reqwest::Client::builder().timeout(timeout))?
-                .build()
-                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let client = tls.http_client(endpoint, timeout)?;
             opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_http_client(client)

@@ -179,9 +179,30 @@ pub(super) struct ExportTls {
 }
 
 impl ExportTls {
+    /// The OTLP/HTTP client for `endpoint`, each request cut after
+    /// `timeout`. An `http://` collector gets a plain-HTTP client
+    /// ([`crate::plain_http`]): no system certificate is read to build it
+    /// (none found, or a bundle on a hung mount, would fail or hold the
+    /// build); the TLS files then go unused.
+    pub(super) fn http_client(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<reqwest::Client, String> {
+        let builder = if is_https(endpoint) {
+            self.reqwest(reqwest::Client::builder())?
+        } else {
+            crate::plain_http::client_builder()
+        };
+        builder
+            .timeout(timeout)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    }
+
     /// `builder` trusting only the CA (when one is given) and presenting
     /// the client identity (when one is given).
-    pub(super) fn reqwest(
+    fn reqwest(
         &self,
         mut builder: reqwest::ClientBuilder,
     ) -> Result<reqwest::ClientBuilder, String> {
@@ -223,6 +244,15 @@ impl ExportTls {
             None => config,
         }
     }
+}
+
+/// Whether `endpoint` is an `https://` URL (any case, leading blanks
+/// skipped).
+fn is_https(endpoint: &str) -> bool {
+    endpoint
+        .trim_start()
+        .get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
 }
 
 #[cfg(test)]
@@ -551,6 +581,46 @@ pub(super) mod tests {
         assert!(error.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{error}");
         assert!(!error.contains("c2VjcmV0"), "{error}");
         assert!(!error.contains("99, 50, 86"), "{error}");
+    }
+
+    /// Set in the child process the test below runs itself in.
+    const NO_ROOTS_CHILD: &str = "REWIRE_TEST_OTLP_HTTP_NO_ROOTS_CHILD";
+
+    /// An OTLP/HTTP exporter to an `http://` collector is built where no
+    /// system certificate can be found (`SSL_CERT_FILE`, `SSL_CERT_DIR`
+    /// naming nothing: an image without a CA bundle). Before: "Cannot
+    /// export spans … builder error" (reqwest's platform verifier found
+    /// no root), and tracing stayed off. Run in a fresh process: the
+    /// variables are the process's.
+    #[test]
+    fn an_http_exporter_is_built_without_system_certificates() {
+        const NAME: &str =
+            "telemetry::tls::tests::an_http_exporter_is_built_without_system_certificates";
+        if std::env::var_os(NO_ROOTS_CHILD).is_some() {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _entered = runtime.enter();
+            let http = settings(OtelProtocol::Http, ExportTlsFiles::default());
+            let tls = http.tls.load().expect("no files");
+            let built = build_exporter(&http, "http://127.0.0.1:4318/v1/traces", &tls);
+            assert!(built.is_ok(), "{:?}", built.err());
+            return;
+        }
+        let output = testkit::output(
+            std::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args(["--exact", NAME, "--test-threads=1"])
+                .env(NO_ROOTS_CHILD, "1")
+                .env("SSL_CERT_FILE", "/nonexistent/ca.pem")
+                .env("SSL_CERT_DIR", "/nonexistent"),
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success() && stdout.contains("1 passed"),
+            "the child failed:\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     fn trusting_path(path: &str) -> ExportTlsFiles {
