@@ -5,8 +5,21 @@
 //! DROP. Delivery is the shared engine's
 //! ([`TopicDelivery`](crate::dapr::TopicDelivery)), so the stream follows
 //! the pub/sub across reloads and stays open while its broker is rebuilt.
+//!
+//! At most one event per CloudEvent id is out with the client at a time
+//! (see [`outstanding`]): answers name events by id alone, and publishers
+//! reuse ids, so a second event with the id of one out is held, before
+//! it is written, until the first is answered or given up on.
+//!
+//! Slowness fails events, not the stream, as in daprd: an inbound
+//! resiliency policy's `timeout` fails the one event not answered within
+//! it (counted from when it is the oldest event the client has out),
+//! which is retried; an answer to it after that is ignored. Only a client
+//! that answers nothing for [`CLIENT_WITHIN`] (or the policy's longer
+//! timeout) while it has events out has its stream ended, `UNAVAILABLE`
+//! (the one code the Dapr SDKs resubscribe on), so a stuck client does
+//! not hold the topic while a live one subscribes again.
 
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -29,8 +42,10 @@ use crate::dapr::{
     TopicEvent,
 };
 use crate::ApiState;
+use outstanding::{Held, Outstanding};
 use topic_claims::TopicClaims;
 
+mod outstanding;
 mod topic_claims;
 
 /// The server's side of the stream.
@@ -50,10 +65,12 @@ const OUTGOING: usize = 64;
 /// cut a busy serial client mid-backlog, hand every event back, and do so
 /// again on each resubscribe. Only answers count: tonic takes events off
 /// the stream into its encoder before the client reads them, so a take
-/// says nothing of the client. A client past it has its stream ended (its
-/// events retried), so a stuck client does not hold the topic. An inbound
-/// resiliency policy's `timeout`, when set, is the limit instead, and
-/// bounds each event too (a slow handler given more time gets it).
+/// says nothing of the client. A client past it has its stream ended
+/// `UNAVAILABLE` (its events retried), so a stuck client does not hold
+/// the topic, and a live one subscribes again. An inbound resiliency
+/// policy's `timeout` longer than it is the limit instead (a slow handler
+/// given more time gets it); any policy timeout also bounds each event,
+/// from when it is the oldest one out, failing that event alone.
 const CLIENT_WITHIN: Duration = crate::dapr::ANSWER_WITHIN;
 
 /// Most bytes a streamed subscription's pub/sub name, topic or dead-letter
@@ -261,26 +278,58 @@ async fn unless_shutting_down<T>(
     }
 }
 
-/// When the client last answered an event.
+/// When the client last answered, and since when it has owed an answer
+/// it never gave.
 #[derive(Clone)]
-struct Progress(Arc<Mutex<Instant>>);
+struct Progress(Arc<Mutex<Answered>>);
+
+struct Answered {
+    /// The client's last answer (the stream's start before the first).
+    last: Instant,
+    /// Since an event given up on ([`StreamSink`]'s per-event timeout)
+    /// was sent, when the client has answered nothing since.
+    owed_since: Option<Instant>,
+}
 
 impl Progress {
     fn new() -> Self {
-        Self(Arc::new(Mutex::new(Instant::now())))
+        Self(Arc::new(Mutex::new(Answered {
+            last: Instant::now(),
+            owed_since: None,
+        })))
     }
 
+    fn answered(&self) -> std::sync::MutexGuard<'_, Answered> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The client answered (any event, a late answer too: it is alive).
     fn made(&self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        let mut answered = self.answered();
+        answered.last = Instant::now();
+        answered.owed_since = None;
+    }
+
+    /// The event sent at `sent_at` was given up on unanswered: the
+    /// client's silence counts from then, not from the next event's
+    /// sending, so a stuck client is cut even when each event is given up
+    /// on (and retried) before the limit.
+    fn missed(&self, sent_at: Instant) {
+        let mut answered = self.answered();
+        let owed = answered.owed_since.get_or_insert(sent_at);
+        *owed = (*owed).min(sent_at);
     }
 
     /// Resolves once `limit` has passed with no answer since `since` (when
     /// the event waiting on it was sent: a client is not held to an idle
-    /// spell before it).
+    /// spell before it), or since an earlier event it never answered.
     async fn stalled(&self, since: Instant, limit: Duration) {
         loop {
-            let last = *self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let deadline = last.max(since) + limit;
+            let deadline = {
+                let answered = self.answered();
+                let since = answered.owed_since.map_or(since, |owed| owed.min(since));
+                answered.last.max(since) + limit
+            };
             if Instant::now() >= deadline {
                 return;
             }
@@ -399,15 +448,16 @@ fn outcome_of(status: i32) -> DeliveryOutcome {
     }
 }
 
+/// The stream as the delivery engine sees it: events written to the
+/// client, answers matched to them (see [`Outstanding`]).
 struct StreamSink {
     out: mpsc::Sender<Result<pb::SubscribeTopicEventsResponseAlpha1, Status>>,
-    /// Events sent and not yet answered, by id (an id can be out twice
-    /// when the broker redelivers).
-    waiting: Mutex<HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>,
+    /// Events out with the client (one per id), by id and written order.
+    outstanding: Outstanding,
     /// Closed when the client left, ended when the server gave up on it
     /// (the stream's topic is then free).
     end: StreamEnd,
-    /// The client's last take or answer, which outstanding events wait on.
+    /// The client's last answer, which outstanding events wait on.
     progress: Progress,
     /// The topic and pub/sub, for that status.
     subscription: String,
@@ -424,7 +474,7 @@ impl StreamSink {
     ) -> Self {
         Self {
             out,
-            waiting: Mutex::new(HashMap::new()),
+            outstanding: Outstanding::default(),
             end,
             progress: Progress::new(),
             subscription,
@@ -432,33 +482,52 @@ impl StreamSink {
         }
     }
 
-    fn waiting(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<oneshot::Sender<DeliveryOutcome>>>>
-    {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
+    /// The client's answer to event `id`. One for no event out (answered
+    /// after its timeout gave it up, or never sent) is ignored, though it
+    /// still shows the client alive.
     fn answer(&self, id: &str, outcome: DeliveryOutcome) {
-        let mut waiting = self.waiting();
-        if let Some(queue) = waiting.get_mut(id) {
-            if let Some(waiter) = queue.pop_front() {
-                let _ = waiter.send(outcome);
-                self.progress.made();
-            }
-            if queue.is_empty() {
-                waiting.remove(id);
-            }
+        self.progress.made();
+        if !self.outstanding.answer(id, outcome) {
+            tracing::debug!(
+                id = %crate::dapr::logged(id),
+                subscription = %crate::dapr::logged(&self.subscription),
+                ?outcome,
+                "A streamed subscriber answered an event that is not out with it (answered \
+                 after its timeout, or never sent): the answer is ignored."
+            );
         }
     }
+
+    /// Writes `message` (event `id`) to the client once no other event
+    /// with its id is out and the queue has room; its hold on the id and
+    /// where its answer comes. `None` when the client is gone.
+    async fn write(
+        &self,
+        id: &str,
+        message: pb::SubscribeTopicEventsResponseAlpha1,
+    ) -> Option<(Held<'_>, oneshot::Receiver<DeliveryOutcome>)> {
+        let held = self.outstanding.hold(id).await;
+        let room = self.out.reserve().await.ok()?;
+        let answer = held.write(|| room.send(Ok(message)));
+        Some((held, answer))
+    }
+}
+
+/// The answer already given, if any, to an event being given up on; an
+/// answer after this is ignored.
+fn given_up(
+    held: &Held<'_>,
+    answer: &mut oneshot::Receiver<DeliveryOutcome>,
+) -> Option<DeliveryOutcome> {
+    held.release();
+    answer.try_recv().ok()
 }
 
 #[tonic::async_trait]
 impl EventSink for StreamSink {
-    /// Bounded by the client's progress ([`CLIENT_WITHIN`], or `within`
-    /// instead when an inbound policy sets it), and by `within`.
+    /// Bounded by the client's progress ([`CLIENT_WITHIN`], or an inbound
+    /// policy's `within` when longer), and by `within` from when the
+    /// event is the oldest the client has out.
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         if let Some(outcome) = event.unreadable_over_grpc() {
             return outcome;
@@ -468,69 +537,71 @@ impl EventSink for StreamSink {
         let limit = if within == Duration::MAX {
             CLIENT_WITHIN
         } else {
-            within
+            within.max(CLIENT_WITHIN)
         };
-        let (waiter, answer) = oneshot::channel();
-        self.waiting()
-            .entry(event.id.clone())
-            .or_default()
-            .push_back(waiter);
         let message = pb::SubscribeTopicEventsResponseAlpha1 {
             subscribe_topic_events_response_type: Some(ResponseType::EventMessage(
                 topic_event_request(event),
             )),
         };
-        let late = |what: &str| {
-            Status::deadline_exceeded(format!(
-                "event `{}` of the {} was not {what} within {within:?} (the inbound \
-                 resiliency policy's timeout): the stream is ended and the event will be \
-                 delivered again",
-                echoed(&event.id),
-                self.subscription
-            ))
-        };
         let stalled = || {
-            Status::deadline_exceeded(format!(
+            Status::unavailable(format!(
                 "the client answered no event of the {} for {limit:?} while event `{}` \
-                 waited: the stream is ended and its events will be delivered again",
+                 waited: the stream is ended and its events will be delivered again \
+                 (subscribe again)",
                 self.subscription,
                 echoed(&event.id)
             ))
         };
-        tokio::select! {
-            sent = self.out.send(Ok(message)) => {
-                if sent.is_err() {
-                    return DeliveryOutcome::Retry;
-                }
-            }
+        let (held, mut answer) = tokio::select! {
+            written = self.write(&event.id, message) => match written {
+                Some(written) => written,
+                None => return DeliveryOutcome::Retry,
+            },
             () = self.end.closed() => return DeliveryOutcome::Retry,
             () = self.progress.stalled(sent_at, limit) => {
                 self.end.end(stalled());
                 return DeliveryOutcome::Retry;
             }
-            () = tokio::time::sleep(within) => {
-                self.end.end(late("read"));
-                return DeliveryOutcome::Retry;
+        };
+        // Its own time starts once the events written before it are
+        // settled: a client handling them one at a time in order (as the
+        // SDKs do) starts on it then.
+        let timed_out = async {
+            if within == Duration::MAX {
+                std::future::pending::<()>().await;
             }
-        }
+            held.oldest().await;
+            tokio::time::sleep(within).await;
+        };
         // Biased, and the answer looked at once more when the stream
         // closes or runs out of time: a client that answers and then
         // closes (as the Python SDK does) has its SUCCESS or DROP kept,
         // not turned into a retry by a random pick.
-        let mut answer = answer;
         tokio::select! {
             biased;
-            answer = &mut answer => answer.unwrap_or(DeliveryOutcome::Retry),
-            () = self.end.closed() => answer.try_recv().unwrap_or(DeliveryOutcome::Retry),
+            answered = &mut answer => answered.unwrap_or(DeliveryOutcome::Retry),
+            () = self.end.closed() => {
+                given_up(&held, &mut answer).unwrap_or(DeliveryOutcome::Retry)
+            }
             () = self.progress.stalled(sent_at, limit) => {
-                answer.try_recv().unwrap_or_else(|_| {
+                given_up(&held, &mut answer).unwrap_or_else(|| {
                     self.end.end(stalled());
                     DeliveryOutcome::Retry
                 })
             }
-            () = tokio::time::sleep(within) => {
-                answer.try_recv().unwrap_or_else(|_| {
-                    self.end.end(late("answered"));
+            () = timed_out => {
+                given_up(&held, &mut answer).unwrap_or_else(|| {
+                    // That event alone fails (retried); the stream goes on.
+                    self.progress.missed(sent_at);
+                    tracing::debug!(
+                        id = %crate::dapr::logged(&event.id),
+                        subscription = %crate::dapr::logged(&self.subscription),
+                        ?within,
+                        "A streamed subscriber did not answer an event within the inbound \
+                         resiliency policy's timeout: it is retried, and a late answer \
+                         ignored."
+                    );
                     DeliveryOutcome::Retry
                 })
             }
