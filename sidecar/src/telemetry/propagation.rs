@@ -2,6 +2,8 @@
 //! incoming HTTP or gRPC call continue the caller's trace; the context of
 //! the current span goes out with published events.
 
+use std::borrow::Cow;
+
 use axum::http::HeaderMap;
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
@@ -16,58 +18,94 @@ use super::calls_traced;
 
 const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
-struct Headers<'a>(&'a HeaderMap);
-
-impl Extractor for Headers<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        TRACE_HEADERS
-            .into_iter()
-            .filter(|k| self.0.contains_key(*k))
-            .collect()
-    }
-}
-
-struct Metadata<'a>(&'a MetadataMap);
-
-impl Extractor for Metadata<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        TRACE_HEADERS
-            .into_iter()
-            .filter(|k| self.0.contains_key(*k))
-            .collect()
-    }
-}
-
 /// The caller's trace context in `headers`, when tracing is on and the
-/// call carries a valid `traceparent`.
+/// call carries one valid `traceparent` ([`context_in_http`]).
 pub fn caller_of_http(headers: &HeaderMap) -> Option<Context> {
-    calls_traced().then(|| remote(&Headers(headers))).flatten()
+    calls_traced().then(|| context_in_http(headers)).flatten()
 }
 
 /// The caller's trace context in gRPC `metadata` (as [`caller_of_http`]).
 pub fn caller_of_grpc(metadata: &MetadataMap) -> Option<Context> {
-    calls_traced()
-        .then(|| remote(&Metadata(metadata)))
-        .flatten()
+    calls_traced().then(|| context_in_grpc(metadata)).flatten()
 }
 
-/// The trace context in `extractor` when its `traceparent` is valid, its
-/// `tracestate` cut as a published event's: the parent-based sampler
-/// copies it onto every child span, and a caller's 16 KB on each would
-/// swell export batches past what collectors take.
-fn remote(extractor: &dyn Extractor) -> Option<Context> {
-    let state = extractor.get("tracestate").and_then(bounded_tracestate);
-    let given = Given(extractor.get("traceparent"), state.as_deref());
+/// The trace context in `headers` ([`remote`]): their `traceparent` when
+/// given once, their `tracestate` headers joined.
+fn context_in_http(headers: &HeaderMap) -> Option<Context> {
+    let values = |name| headers.get_all(name).iter().map(|v| v.to_str().ok());
+    let tracestate = joined(values("tracestate"));
+    remote(only_one(values("traceparent")), tracestate.as_deref())
+}
+
+/// The trace context in gRPC `metadata`, as [`context_in_http`].
+fn context_in_grpc(metadata: &MetadataMap) -> Option<Context> {
+    let values = |name| metadata.get_all(name).iter().map(|v| v.to_str().ok());
+    let tracestate = joined(values("tracestate"));
+    remote(only_one(values("traceparent")), tracestate.as_deref())
+}
+
+/// The value of a header given once, as text; none when it is given more
+/// than once (W3C: a `traceparent` given twice is not a trace context) or
+/// is not text.
+fn only_one<'a>(mut values: impl Iterator<Item = Option<&'a str>>) -> Option<&'a str> {
+    let first = values.next()??;
+    values.next().is_none().then_some(first)
+}
+
+/// The values of a header given any number of times joined with `,`, as
+/// W3C says of several `tracestate` headers; none when one is not text.
+fn joined<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Option<Cow<'a, str>> {
+    let mut all: Option<Cow<'a, str>> = None;
+    for value in values {
+        let value = value?;
+        all = Some(match all {
+            None => Cow::Borrowed(value),
+            Some(before) => Cow::Owned(format!("{before},{value}")),
+        });
+    }
+    all
+}
+
+/// The trace context of `traceparent` when it is W3C's ([`w3c_shaped`])
+/// and names a valid context, with `tracestate` cut as a published
+/// event's: the parent-based sampler copies it onto every child span, and
+/// a caller's 16 KB on each would swell export batches past what
+/// collectors take.
+fn remote(traceparent: Option<&str>, tracestate: Option<&str>) -> Option<Context> {
+    let traceparent = traceparent.map(str::trim).filter(|t| w3c_shaped(t))?;
+    let state = tracestate.and_then(bounded_tracestate);
+    let given = Given(Some(traceparent), state.as_deref());
     let cx = TraceContextPropagator::new().extract(&given);
     cx.span().span_context().is_valid().then_some(cx)
+}
+
+/// Length of a version `00` `traceparent`: `vv-` 32 hex `-` 16 hex `-ff`.
+const TRACEPARENT_LEN: usize = 55;
+
+/// Whether `traceparent` has W3C's shape, which the SDK's parser does not
+/// check whole (it reads each field as a number: `0-1-1-1`, a `+` sign, a
+/// trace id of 41 digits, flags of one digit passed): lowercase hex fields
+/// of 2, 32, 16 and 2 digits joined by `-`, a version other than `ff`;
+/// version `00` exactly 55 bytes, a later one either 55 or followed by
+/// `-` (its further fields, which are not read).
+fn w3c_shaped(traceparent: &str) -> bool {
+    let bytes = traceparent.as_bytes();
+    if bytes.len() < TRACEPARENT_LEN {
+        return false;
+    }
+    let hex = |from: usize, to: usize| {
+        bytes[from..to]
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    };
+    let fields = hex(0, 2) && hex(3, 35) && hex(36, 52) && hex(53, 55);
+    let dashes = bytes[2] == b'-' && bytes[35] == b'-' && bytes[52] == b'-';
+    let end = match &bytes[..2] {
+        b"00" => bytes.len() == TRACEPARENT_LEN,
+        b"ff" => false,
+        _ => bytes.len() == TRACEPARENT_LEN || bytes[TRACEPARENT_LEN] == b'-',
+    };
+    fields && dashes && end
 }
 
 /// The span of one API call: `api` is `http` or `grpc`, `method` the
@@ -203,11 +241,12 @@ pub fn event_trace(
     )
 }
 
-/// The span context `traceparent` gives, when it is valid W3C.
+/// The span context `traceparent` gives, when it is valid W3C
+/// ([`w3c_shaped`]).
 fn valid_context(traceparent: Option<&str>) -> Option<SpanContext> {
-    let cx = TraceContextPropagator::new().extract(&Given(Some(traceparent?), None));
+    let cx = remote(traceparent, None)?;
     let context = cx.span().span_context().clone();
-    context.is_valid().then_some(context)
+    Some(context)
 }
 
 /// `state` cut as W3C asks: whole members kept from the left (the most
@@ -250,7 +289,7 @@ pub fn delivery_span(
         messaging.destination.name = topic,
         rewire.component = pubsub,
     );
-    if let Some(parent) = remote(&Given(traceparent, tracestate)) {
+    if let Some(parent) = remote(traceparent, tracestate) {
         // Only fails once the span has started, which it has not.
         let _ = span.set_parent(parent);
     }
@@ -392,7 +431,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("traceparent", VALID.parse().unwrap());
         headers.insert("tracestate", state.parse().unwrap());
-        let cx = remote(&Headers(&headers)).expect("a valid traceparent");
+        let cx = context_in_http(&headers).expect("a valid traceparent");
         let kept = cx.span().span_context().trace_state().header();
         assert_eq!(kept, member(0));
         assert!(kept.len() <= MAX_EVENT_TRACESTATE_BYTES, "{}", kept.len());
@@ -458,5 +497,65 @@ mod tests {
             delivered_trace(Some(&future), None).0,
             Some(VALID.to_string())
         );
+    }
+
+    /// A `traceparent` is taken only in W3C's exact shape: the SDK's
+    /// parser read each field as a number and took `0-1-1-1`, a `+` sign,
+    /// a 41-digit trace id and one-digit flags. A later version's further
+    /// fields follow a `-`.
+    #[test]
+    fn only_a_w3c_shaped_traceparent_is_a_trace_context() {
+        let long_trace_id = format!("00-000000000{}-b7ad6b7169203331-01", &VALID[3..35]);
+        let later = |tail: &str| format!("cc{}{tail}", &VALID[2..]);
+        let refused = [
+            "0-1-1-1".to_string(),
+            "00-+af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
+            long_trace_id,
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1".to_string(),
+            "00-0af7651916cd43dd8448eb211c80319c-+7ad6b7169203331-01".to_string(),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-+1".to_string(),
+            format!("{VALID}-extra"),
+            format!("{VALID}0"),
+            later("x"),
+            format!("ff{}", &VALID[2..]),
+            VALID.to_uppercase(),
+        ];
+        for bad in &refused {
+            assert!(remote(Some(bad), None).is_none(), "{bad:?}");
+            assert_eq!(
+                event_trace(Some(bad), Some("vendor=abc")),
+                (None, None),
+                "{bad:?}"
+            );
+        }
+        for good in [
+            VALID.to_string(),
+            format!(" {VALID}\n"),
+            later(""),
+            later("-whatever-follows"),
+        ] {
+            let cx = remote(Some(&good), None).unwrap_or_else(|| panic!("{good:?} refused"));
+            assert_eq!(w3c_traceparent(cx.span().span_context()), VALID, "{good:?}");
+        }
+    }
+
+    /// A `traceparent` given twice is no trace context (W3C); several
+    /// `tracestate` headers are one list, joined with `,`. Over HTTP and
+    /// gRPC alike.
+    #[test]
+    fn a_repeated_traceparent_is_none_and_tracestates_are_joined() {
+        let mut headers = HeaderMap::new();
+        headers.append("traceparent", VALID.parse().unwrap());
+        headers.append("tracestate", "a=1".parse().unwrap());
+        headers.append("tracestate", "b=2".parse().unwrap());
+        let cx = context_in_http(&headers).expect("one traceparent");
+        assert_eq!(cx.span().span_context().trace_state().header(), "a=1,b=2");
+        let metadata = MetadataMap::from_headers(headers.clone());
+        let cx = context_in_grpc(&metadata).expect("one traceparent");
+        assert_eq!(cx.span().span_context().trace_state().header(), "a=1,b=2");
+
+        headers.append("traceparent", VALID.parse().unwrap());
+        assert!(context_in_http(&headers).is_none());
+        assert!(context_in_grpc(&MetadataMap::from_headers(headers)).is_none());
     }
 }
