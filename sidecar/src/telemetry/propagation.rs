@@ -221,24 +221,34 @@ impl Extractor for Given<'_> {
 }
 
 /// The trace headers a published event carries, from the publisher's
-/// `traceparent` and `tracestate`: the caller's when its `traceparent` is
-/// valid W3C, written as version `00` (its `tracestate` cut to whole
-/// members within 512 bytes and 32 members),
-/// else the call's own span's (when traced) and no `tracestate`. Text that
-/// is not a trace context is not copied into every event of a bulk publish
-/// and on to every subscriber; nor is a later version's tail, which W3C
-/// lets run on without bound (55 bytes are written, whatever was given).
+/// `traceparent` and `tracestate`: with calls traced, the context of the
+/// current span (the call's `PublishEvent` span, a child of the caller's),
+/// so a subscriber's span is a child of rewire's, as Dapr's is; else the
+/// caller's when its `traceparent` is valid W3C, written as version `00`.
+/// The caller's `tracestate` only with a valid `traceparent`, cut to whole
+/// members within 512 bytes and 32 members. Text that is not a trace
+/// context is not copied into every event of a bulk publish and on to
+/// every subscriber; nor is a later version's tail, which W3C lets run on
+/// without bound (55 bytes are written, whatever was given).
 pub fn event_trace(
     traceparent: Option<&str>,
     tracestate: Option<&str>,
 ) -> (Option<String>, Option<String>) {
+    event_trace_under(current_traceparent(), traceparent, tracestate)
+}
+
+/// [`event_trace`] under the current span's `own` traceparent (`None`:
+/// calls are not traced).
+fn event_trace_under(
+    own: Option<String>,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) -> (Option<String>, Option<String>) {
     let Some(given) = valid_context(traceparent) else {
-        return (current_traceparent(), None);
+        return (own, None);
     };
-    (
-        Some(w3c_traceparent(&given)),
-        tracestate.and_then(bounded_tracestate),
-    )
+    let traceparent = own.unwrap_or_else(|| w3c_traceparent(&given));
+    (Some(traceparent), tracestate.and_then(bounded_tracestate))
 }
 
 /// The span context `traceparent` gives, when it is valid W3C
@@ -557,5 +567,27 @@ mod tests {
         headers.append("traceparent", VALID.parse().unwrap());
         assert!(context_in_http(&headers).is_none());
         assert!(context_in_grpc(&MetadataMap::from_headers(headers)).is_none());
+    }
+
+    /// With calls traced, a published event carries rewire's own span
+    /// (the `PublishEvent` span, a child of the caller's) and the caller's
+    /// bounded `tracestate`, not the caller's span id; untraced, the
+    /// caller's context. Before, the caller's span id went out even when
+    /// rewire's span was there.
+    #[test]
+    fn a_published_event_carries_rewires_own_span_when_traced() {
+        let own = "00-0af7651916cd43dd8448eb211c80319c-1111111111111111-01";
+        assert_eq!(
+            event_trace_under(Some(own.to_string()), Some(VALID), Some("vendor=abc")),
+            (Some(own.to_string()), Some("vendor=abc".to_string()))
+        );
+        assert_eq!(
+            event_trace_under(Some(own.to_string()), Some("xyz"), Some("vendor=abc")),
+            (Some(own.to_string()), None)
+        );
+        assert_eq!(
+            event_trace_under(None, Some(VALID), Some("vendor=abc")),
+            (Some(VALID.to_string()), Some("vendor=abc".to_string()))
+        );
     }
 }
