@@ -34,6 +34,9 @@ pub(crate) struct WatchPlan {
     /// start revision is past `answer_revision` (etcd 3.6.2+,
     /// etcd-io/etcd#20229).
     pub(crate) defers_progress_before_start: bool,
+    /// At most this many progress requests of the member are answered
+    /// (none: all), then it goes silent (its apply loop stuck).
+    pub(crate) answers_at_most: Option<usize>,
     /// Sent after the first answer to a progress request.
     pub(crate) after_progress: Vec<Vec<u8>>,
     /// Whether the stream ends once `responses` are sent.
@@ -56,6 +59,8 @@ pub(crate) struct FakeMember {
     pub(crate) ranges: Mutex<Vec<i64>>,
     /// Progress requests received.
     pub(crate) progress_requests: AtomicUsize,
+    /// Progress requests answered.
+    pub(crate) progress_answers: AtomicUsize,
     /// Watches created with `fragment` asked for.
     pub(crate) fragmented_watches: AtomicUsize,
 }
@@ -69,6 +74,7 @@ impl FakeMember {
             watches: Mutex::default(),
             ranges: Mutex::default(),
             progress_requests: AtomicUsize::new(0),
+            progress_answers: AtomicUsize::new(0),
             fragmented_watches: AtomicUsize::new(0),
         })
     }
@@ -158,12 +164,18 @@ impl FakeMember {
         if !plan.answers_progress {
             return true;
         }
+        if let Some(most) = plan.answers_at_most {
+            if self.progress_answers.load(Ordering::Acquire) >= most {
+                return true;
+            }
+        }
         if plan.defers_progress_before_start {
             let start = self.watches.lock().unwrap().last().copied().unwrap_or(0);
             if start > plan.answer_revision {
                 return true;
             }
         }
+        self.progress_answers.fetch_add(1, Ordering::AcqRel);
         let answer = watch_response(plan.answer_revision, -1, false, &[]);
         send(responses, &[answer]).await && send(responses, &std::mem::take(after_progress)).await
     }

@@ -14,7 +14,7 @@
 //! * **Dropped stream, connection error:** wait (exponential backoff from
 //!   `watchRetryMs`, at most 30 s, reset once a resumed watch delivered a
 //!   response: a watch created and failing at once keeps backing off),
-//!   then watch again from `last_seen + 1` — nothing missed — once the
+//!   then watch again after `last_seen` — nothing missed — once the
 //!   server's history is shown to be the one the watch followed: the
 //!   prefix read at revision `last_seen` must equal the cache (every key,
 //!   value and `mod_revision`). A server wiped, re-created or restored
@@ -57,16 +57,21 @@
 //!   progress request on the stream); with no response within
 //!   `dialTimeout` + [`ANSWER_MARGIN`] the watch counts as failed
 //!   (reported to readiness) and resumes on the next member, as after a
-//!   dropped stream. etcd's own progress notifications (asked for with
-//!   `progress_notify`) come every 10 minutes only, by default. The
-//!   answer's revision is not taken as progress (see
+//!   dropped stream. That holds for a member that has answered a
+//!   progress request before; one that never has (etcd's gRPC proxy and
+//!   etcd before 3.4 ignore the request) is given etcd's own progress
+//!   notification period instead ([`PROGRESS_NOTIFY_PERIOD`], asked for
+//!   with `progress_notify`), so a quiet cluster behind a proxy is not
+//!   left every half minute. The watch starts at `last_seen` itself, not
+//!   `last_seen + 1`, so that etcd 3.6.2+ answers on a quiet cluster
+//!   (see `follow`). The answer's revision is not taken as progress (see
 //!   [`WatchStream::request_progress`](rewire_etcd::WatchStream::request_progress)).
 //!   A member that still answers but has stopped applying is not found
 //!   out this way.
 //! * **New TLS material** (the client's channels replaced, see
 //!   [`shared`](super::shared)): the stream on the old channels is
-//!   dropped and the prefix watched again at once, on the new ones, from
-//!   `last_seen + 1` — nothing missed — once the history is checked as
+//!   dropped and the prefix watched again at once, on the new ones, after
+//!   `last_seen` — nothing missed — once the history is checked as
 //!   after a failed stream (one read of the prefix per rotation); a
 //!   backoff wait in progress ends. The new channels may reach another
 //!   server than the old stream did: re-issued certificates often come
@@ -77,7 +82,7 @@
 //! The task ends when its token is cancelled: the last store sharing it
 //! closed, or the shutdown of the runtimes of all of them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,6 +106,10 @@ mod fragments;
 /// progress: well under etcd's own progress notifications (every 10
 /// minutes by default), and one small request per watch and period.
 pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(30);
+/// etcd's own progress notification period (`--experimental-watch-progress-notify-interval`,
+/// 10 minutes by default): how long a member that ignores progress
+/// requests may stay silent.
+pub(crate) const PROGRESS_NOTIFY_PERIOD: Duration = Duration::from_secs(600);
 /// Added to `dialTimeout` for the answer to a progress request: etcd
 /// answers it from memory, but behind any responses queued before it.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
@@ -113,16 +122,24 @@ const PROGRESS_WATCH_ID: i64 = -1;
 struct Watchdog {
     /// Silence after which the member is asked for its progress.
     quiet: Duration,
-    /// How long the member then has to send anything.
+    /// How long the member then has to send anything, once it has
+    /// answered a progress request before.
     answer_within: Duration,
+    /// The silence a member that never answered a progress request is
+    /// given: etcd's gRPC proxy and etcd before 3.4 ignore the request,
+    /// so only etcd's own progress notifications (every 10 min) are
+    /// waited for.
+    unproven: Duration,
 }
 
 impl Watchdog {
     /// The bounds for a client whose requests may take `dial`.
     fn for_dial_timeout(dial: Duration) -> Self {
+        let answer_within = dial.saturating_add(ANSWER_MARGIN);
         Self {
             quiet: PROGRESS_CHECK_AFTER,
-            answer_within: dial.saturating_add(ANSWER_MARGIN),
+            answer_within,
+            unproven: PROGRESS_NOTIFY_PERIOD.saturating_add(answer_within),
         }
     }
 }
@@ -159,6 +176,10 @@ pub(crate) struct Follower {
     unverified: bool,
     /// Finds out a stream that stays silent.
     watchdog: Watchdog,
+    /// The members that answered a progress request: held to the
+    /// watchdog's `answer_within`; the others (a gRPC proxy, etcd before
+    /// 3.4) to its `unproven` silence. At most one entry per member.
+    answer_progress: HashSet<String>,
 }
 
 /// Why following the watch stream stopped.
@@ -209,12 +230,13 @@ impl Follower {
             failing: None,
             unverified: false,
             watchdog,
+            answer_progress: HashSet::new(),
         }
     }
 
     /// Follows the watch until `stop` is cancelled.
     pub(crate) async fn run(mut self, stop: CancellationToken) {
-        debug!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch started.");
+        debug!(component = %self.key, after_revision = self.last_seen, "etcd watch started.");
         let mut resync = false;
         loop {
             if resync {
@@ -247,7 +269,7 @@ impl Follower {
                 }
                 Interrupt::Replaced => {
                     self.unverified = true;
-                    info!(component = %self.key, from_revision = self.last_seen + 1, "etcd watch moves to the connection with the new TLS material.");
+                    info!(component = %self.key, after_revision = self.last_seen, "etcd watch moves to the connection with the new TLS material.");
                 }
             }
         }
@@ -270,7 +292,8 @@ impl Follower {
             // the watch in etcd's "unsynced" group, caught up by a loop
             // every 100 ms, so writes made while the watch is created
             // reach the subscribers up to ~100 ms later, once per watch.
-            start_revision: self.last_seen,
+            // `max(1)`: a start of 0 would mean "from now" to etcd.
+            start_revision: self.last_seen.max(1),
             progress_notify: true,
             fragment: true,
             ..WatchCreateRequest::default()
@@ -288,7 +311,10 @@ impl Follower {
         let mut delivered = false;
         loop {
             let due = match asked {
-                Some(at) => at + self.watchdog.answer_within,
+                Some(at) if self.answer_progress.contains(&member) => {
+                    at + self.watchdog.answer_within
+                }
+                Some(at) => (at + self.watchdog.answer_within).max(heard + self.watchdog.unproven),
                 None => heard + self.watchdog.quiet,
             };
             let wake = tokio::select! {
@@ -308,7 +334,10 @@ impl Follower {
                 Wake::Due => return self.silent(stream, &member, heard),
             };
             heard = Instant::now();
-            asked = None;
+            if asked.take().is_some() && !self.answer_progress.contains(&member) {
+                // Anything after the request shows the member answers it.
+                self.answer_progress.insert(member.clone());
+            }
             let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
@@ -330,8 +359,7 @@ impl Follower {
             if response.compact_revision > 0 {
                 return Interrupt::Resync(format!(
                     "revision {} is compacted (compacted up to {})",
-                    self.last_seen + 1,
-                    response.compact_revision
+                    self.last_seen, response.compact_revision
                 ));
             }
             if response.canceled {
@@ -370,8 +398,11 @@ impl Follower {
                 self.recovered();
                 continue;
             }
+            let before = self.last_seen;
             self.apply(&response);
-            if !delivered {
+            // Only a response that moved the watch on resets the backoff:
+            // a resumed watch first gets the events at `last_seen` again.
+            if !delivered && self.last_seen > before {
                 delivered = true;
                 self.backoff.reset();
             }
@@ -383,9 +414,16 @@ impl Follower {
     fn silent(&self, stream: WatchStream, member: &str, heard: Instant) -> Interrupt {
         stream.abandon();
         let silent_ms = heard.elapsed().as_millis();
+        let answer = if self.answer_progress.contains(member) {
+            format!(
+                "nor answered a progress request within {:?}",
+                self.watchdog.answer_within
+            )
+        } else {
+            "nor answered a progress request, nor sent etcd's own progress notification".into()
+        };
         Interrupt::Failed(self.settings.scrub(&format!(
-            "etcd member {member} sent nothing on the watch for {silent_ms} ms, nor answered a progress request within {:?}; watching on the next member",
-            self.watchdog.answer_within
+            "etcd member {member} sent nothing on the watch for {silent_ms} ms, {answer}; watching on the next member"
         )))
     }
 
@@ -434,7 +472,7 @@ impl Follower {
 
     /// Whether the server's prefix at revision `last_seen` is what the
     /// cache holds: then its history is the one the watch followed, and
-    /// watching from `last_seen + 1` misses nothing.
+    /// watching after `last_seen` misses nothing.
     async fn history_matches(&self) -> Result<bool, rewire_etcd::Error> {
         let (key, range_end) = prefix_range(self.layout.prefix().as_bytes().to_vec());
         let request = RangeRequest {
@@ -513,7 +551,7 @@ impl Follower {
     fn recovered(&mut self) {
         self.fanout.watch_recovered();
         if self.failing.take().is_some() {
-            info!(component = %self.key, member = %self.client.member(), from_revision = self.last_seen + 1, "etcd watch resumed.");
+            info!(component = %self.key, member = %self.client.member(), after_revision = self.last_seen, "etcd watch resumed.");
         }
     }
 

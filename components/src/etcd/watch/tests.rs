@@ -142,9 +142,13 @@ async fn a_member_behind_the_last_revision_seen_resumes_the_watch_without_a_re_r
 async fn a_member_silent_on_the_watch_is_reported_and_left_for_the_next_one() {
     // Member A creates the watch, then sends nothing and answers no
     // progress request, its connection alive (its pings answered).
+    // It answered one progress request first: it is known to answer.
     let silent = FakeMember::new(
         vec![WatchPlan {
             responses: vec![created(LAST_SEEN)],
+            answers_progress: true,
+            answer_revision: LAST_SEEN,
+            answers_at_most: Some(1),
             ..WatchPlan::default()
         }],
         ranges(LAST_SEEN, AT_LAST_SEEN),
@@ -165,6 +169,7 @@ async fn a_member_silent_on_the_watch_is_reported_and_left_for_the_next_one() {
     follower.watchdog = Watchdog {
         quiet: Duration::from_millis(100),
         answer_within: Duration::from_millis(200),
+        unproven: Duration::from_secs(3600),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(follower.run(stop.clone()));
@@ -179,8 +184,8 @@ async fn a_member_silent_on_the_watch_is_reported_and_left_for_the_next_one() {
     })
     .await
     .expect("the silent watch is reported failing");
-    assert!(reason.contains("progress request"), "{reason}");
-    assert!(silent.progress_requests.load(Ordering::Acquire) >= 1);
+    assert!(reason.contains("progress request within"), "{reason}");
+    assert!(silent.progress_requests.load(Ordering::Acquire) >= 2);
 
     gate.notify_one();
     assert_eq!(values_until(&mut subscription, "v11").await, ["v11"]);
@@ -211,6 +216,7 @@ async fn a_quiet_member_that_answers_progress_only_from_the_watch_start_is_kept(
     follower.watchdog = Watchdog {
         quiet: Duration::from_millis(100),
         answer_within: Duration::from_millis(200),
+        unproven: Duration::from_secs(3600),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(follower.run(stop.clone()));
@@ -247,6 +253,7 @@ async fn an_answer_to_a_progress_request_does_not_skip_events_still_to_come() {
     follower.watchdog = Watchdog {
         quiet: Duration::from_millis(50),
         answer_within: PATIENCE,
+        unproven: Duration::from_secs(3600),
     };
     let stop = CancellationToken::new();
     let task = tokio::spawn(follower.run(stop.clone()));
@@ -364,4 +371,92 @@ async fn the_backoff_is_reset_by_a_response_applied_not_by_a_watch_created() {
         first_wait,
         "reset by the response"
     );
+}
+
+#[tokio::test]
+async fn the_events_at_the_last_revision_seen_sent_again_do_not_reset_the_backoff() {
+    // A watch made from `last_seen` gets that revision's events again
+    // first; a stream cut after them (a proxy cutting streams) made no
+    // progress and keeps backing off.
+    let replayed_then_ended = WatchPlan {
+        responses: vec![created(LAST_SEEN), events(LAST_SEEN, &[AT_LAST_SEEN])],
+        ends: true,
+        ..WatchPlan::default()
+    };
+    let member = FakeMember::new(vec![replayed_then_ended], ranges(LAST_SEEN, AT_LAST_SEEN));
+    let (mut follower, _fanout, _subscription) = follower(&[member.serve()]).await;
+    let first_wait = follower.backoff.next_wait();
+    let interrupt = timeout(PATIENCE, follower.follow()).await.expect("follow");
+    assert!(
+        matches!(interrupt, super::Interrupt::Failed(_)),
+        "{interrupt:?}"
+    );
+    assert!(
+        follower.backoff.next_wait() > first_wait,
+        "events already seen are no progress"
+    );
+}
+
+#[tokio::test]
+async fn a_member_that_never_answers_progress_requests_is_given_etcds_own_period() {
+    // etcd's gRPC proxy (and etcd before 3.4) ignore progress requests:
+    // on a quiet prefix such a member is not left at each check, only
+    // once silent for etcd's own notification period.
+    let proxy = || {
+        FakeMember::new(
+            vec![WatchPlan {
+                responses: vec![created(LAST_SEEN)],
+                ..WatchPlan::default()
+            }],
+            ranges(LAST_SEEN, AT_LAST_SEEN),
+        )
+    };
+    let kept = proxy();
+    let (mut watching, fanout, _subscription) = follower(&[kept.serve()]).await;
+    watching.watchdog = Watchdog {
+        quiet: Duration::from_millis(50),
+        answer_within: Duration::from_millis(100),
+        unproven: Duration::from_secs(3600),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(watching.run(stop.clone()));
+    timeout(PATIENCE, async {
+        while kept.progress_requests.load(Ordering::Acquire) < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("asked for progress");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        fanout.watch_failure().is_none(),
+        "a proxy taken for a stuck member"
+    );
+    assert_eq!(*kept.watches.lock().unwrap(), [LAST_SEEN], "the watch kept");
+    stop.cancel();
+    task.await.expect("the watch task ends");
+
+    // Silent past that period, it is left.
+    let left = proxy();
+    let (mut leaving, fanout, _subscription) = follower(&[left.serve()]).await;
+    leaving.watchdog = Watchdog {
+        quiet: Duration::from_millis(50),
+        answer_within: Duration::from_millis(100),
+        unproven: Duration::from_millis(400),
+    };
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(leaving.run(stop.clone()));
+    let reason = timeout(PATIENCE, async {
+        loop {
+            if let Some((_, reason)) = fanout.watch_failure() {
+                return reason;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("left once silent past the period");
+    assert!(reason.contains("progress notification"), "{reason}");
+    stop.cancel();
+    task.await.expect("the watch task ends");
 }
