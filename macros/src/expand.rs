@@ -15,19 +15,8 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{LitStr, Path};
 
+use crate::kinds::{canonical_kind, BUILT_IN_KINDS};
 use crate::validate::{Component, FieldPlan, FieldRole};
-
-/// The built-in kinds and their `Instance` variants.
-const BUILT_IN_KINDS: &[(&str, &str)] = &[
-    ("state", "State"),
-    ("config_store", "ConfigStore"),
-    ("secret_store", "SecretStore"),
-    ("lock", "Lock"),
-    ("sequencer", "Sequencer"),
-    ("file", "File"),
-    ("pubsub", "PubSub"),
-    ("pub_subs", "PubSub"),
-];
 
 /// The code for `component`, reaching the runtime through `krate`.
 pub(crate) fn expand(component: &Component<'_>, krate: &Path) -> TokenStream {
@@ -232,20 +221,6 @@ fn validator(component: &Component<'_>, krate: &Path) -> TokenStream {
     }
 }
 
-/// The kind as the runtime spells it (`Kind::as_str`): an alias of a
-/// built-in kind (`pub_subs`) is registered under the kind's first name
-/// (`pubsub`), where lookups find it.
-fn canonical_kind(kind: &str) -> &str {
-    let variant = BUILT_IN_KINDS.iter().find(|(name, _)| *name == kind);
-    match variant {
-        Some((_, variant)) => BUILT_IN_KINDS
-            .iter()
-            .find(|(_, v)| v == variant)
-            .map_or(kind, |(name, _)| name),
-        None => kind,
-    }
-}
-
 fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
     let kind = component.kind.value();
     let kind = LitStr::new(canonical_kind(&kind), Span::call_site());
@@ -270,6 +245,9 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
         },
         None => quote!(::core::option::Option::None),
     };
+    // Where the struct is, so a type submitted twice names both structs.
+    let struct_name = ident.unraw().to_string();
+    let origin = quote!(::core::concat!(::core::module_path!(), "::", #struct_name));
     quote! {
         #krate::__private::inventory::submit! {
             #krate::ComponentDescriptor {
@@ -284,19 +262,7 @@ fn registration(component: &Component<'_>, krate: &Path) -> TokenStream {
                 ),
                 in_place: #in_place,
             }
+            .declared_at(#origin)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::canonical_kind;
-
-    #[test]
-    fn aliases_register_under_the_kind_the_runtime_looks_up() {
-        assert_eq!(canonical_kind("pub_subs"), "pubsub");
-        assert_eq!(canonical_kind("pubsub"), "pubsub");
-        assert_eq!(canonical_kind("state"), "state");
-        assert_eq!(canonical_kind("my_kind"), "my_kind");
     }
 }

@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 mod crate_path;
 mod errors;
 mod expand;
+mod kinds;
 mod parse;
 mod validate;
 
@@ -76,7 +77,8 @@ mod validate;
 /// ```
 ///
 /// * `#[component(...)]` (required, on the struct): `kind` and `type`
-///   (required), `example` (example metadata as JSON object text, default
+///   (required; a custom kind that is a built-in kind spelled another way,
+///   such as `state_store`, `secretstores` or `State`, is refused), `example` (example metadata as JSON object text, default
 ///   `{}`), `in_place` (a flag: the struct implements `InPlaceUpdate` and
 ///   takes metadata changes without a rebuild; the derive refuses to
 ///   compile without the impl), `crate` (path of the runtime crate, found

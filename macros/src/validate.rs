@@ -5,6 +5,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, LitStr, Type};
 
 use crate::errors::Errors;
+use crate::kinds::misspelled_built_in;
 use crate::parse::{ComponentArgs, ParsedField, ParsedInput, Shape};
 
 /// A component the derive can expand.
@@ -140,7 +141,8 @@ fn check_args(
         );
         return None;
     };
-    let kind = required(args.kind.clone(), "kind", "kind = \"state\"", &args, errors);
+    let kind = required(args.kind.clone(), "kind", "kind = \"state\"", &args, errors)
+        .and_then(|kind| built_in_spelled_right(kind, errors));
     let type_name = required(
         args.type_name.clone(),
         "type",
@@ -200,6 +202,22 @@ fn required(
         return None;
     }
     Some(value)
+}
+
+/// `kind`, unless it is a built-in kind spelled another way (`state_store`,
+/// `secretstores`, `State`): as a custom kind, the struct's kind trait
+/// impl would never serve that kind, and a configuration naming its type
+/// under the built-in kind would find no such type.
+fn built_in_spelled_right(kind: LitStr, errors: &mut Errors) -> Option<LitStr> {
+    let text = kind.value();
+    let Some(built_in) = misspelled_built_in(&text) else {
+        return Some(kind);
+    };
+    errors.at(
+        kind.span(),
+        format!("kind `{text}` is not a built-in kind, but looks like the built-in kind `{built_in}`: write `kind = \"{built_in}\"` (as a custom kind, the component would never serve `{built_in}`); a custom kind needs a name of its own"),
+    );
+    None
 }
 
 fn check_example(lit: &LitStr, errors: &mut Errors) -> Option<String> {
@@ -314,6 +332,23 @@ mod tests {
         // A field of a type that is no handle is the compiler's to report
         // (through `InjectField`), so aliases of handles are accepted.
         assert_eq!(messages.len(), 4, "{messages:?}");
+    }
+
+    /// A built-in kind spelled another way is refused, naming the kind.
+    #[test]
+    fn a_misspelled_built_in_kind_is_refused() {
+        let Err(messages) = check("#[component(kind = \"state_store\", type = \"x\")] struct S {}")
+        else {
+            panic!("accepted")
+        };
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(
+            messages[0].contains("kind `state_store`")
+                && messages[0].contains("write `kind = \"state\"`"),
+            "{messages:?}"
+        );
+        let ok = check("#[component(kind = \"pub_subs\", type = \"x\")] struct S {}");
+        assert_eq!(ok, Ok(()));
     }
 
     #[test]

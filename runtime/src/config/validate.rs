@@ -424,7 +424,13 @@ fn check_component(
         problems.push(Problem::component(key, too_many));
     }
     if let Some(descriptions) = registry.submitted_twice(key.kind.as_str(), &spec.type_name) {
-        problems.push(Problem::component(key, submitted_twice(spec, descriptions)));
+        let origins = registry
+            .submitted_twice_at(key.kind.as_str(), &spec.type_name)
+            .unwrap_or_default();
+        problems.push(Problem::component(
+            key,
+            submitted_twice(spec, descriptions, origins),
+        ));
         return;
     }
     match descriptor {
@@ -568,14 +574,24 @@ fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
 }
 
 /// A type two linked crates (or two derives) register: which one serves
-/// would depend on link order.
-fn submitted_twice(spec: &ComponentSpec, descriptions: &[&str]) -> String {
+/// would depend on link order. Each submission is named by the struct that
+/// declared it, when known, and its description.
+fn submitted_twice(
+    spec: &ComponentSpec,
+    descriptions: &[&str],
+    origins: &[Option<&str>],
+) -> String {
     let each = descriptions
         .iter()
-        .map(|d| match d.is_empty() {
-            true => "(no description)".to_string(),
-            false => format!("\"{d}\""),
-        })
+        .enumerate()
+        .map(
+            |(i, d)| match (origins.get(i).copied().flatten(), d.is_empty()) {
+                (Some(origin), true) => format!("`{origin}`"),
+                (Some(origin), false) => format!("`{origin}` \"{d}\""),
+                (None, true) => "(no description)".to_string(),
+                (None, false) => format!("\"{d}\""),
+            },
+        )
         .collect::<Vec<_>>()
         .join(", ");
     format!(
@@ -595,7 +611,8 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
     } else {
         ""
     };
-    match (type_name.is_empty(), known.is_empty()) {
+    let elsewhere = elsewhere(registry, spec);
+    let message = match (type_name.is_empty(), known.is_empty()) {
         (true, true) => {
             format!("`type` is empty: no component types are registered for kind `{kind}`")
         }
@@ -610,7 +627,36 @@ fn unknown_type(registry: &Registry, spec: &crate::config::ComponentSpec) -> Str
             "unknown type `{type_name}` for kind `{kind}` (registered: {}{defaulted})",
             known.join(", ")
         ),
+    };
+    message + &elsewhere
+}
+
+/// Where an unknown type is registered instead, when that is under a
+/// custom kind: most likely a misspelled kind (`state_store` for `state`)
+/// in the type's `#[component(kind = ...)]` or in this configuration.
+/// Built-in kinds are left out: many types (`memory`) serve several.
+fn elsewhere(registry: &Registry, spec: &ComponentSpec) -> String {
+    let (kind, type_name) = (&spec.key.kind, &spec.type_name);
+    if type_name.is_empty() {
+        return String::new();
     }
+    let custom: Vec<String> = registry
+        .other_kinds_of(kind.as_str(), type_name)
+        .into_iter()
+        .filter(|other| !Kind::BUILT_IN.iter().any(|k| k.as_str() == *other))
+        .map(|other| format!("`{other}`"))
+        .collect();
+    if custom.is_empty() {
+        return String::new();
+    }
+    let (kinds, them) = match custom.len() {
+        1 => ("kind", "it"),
+        _ => ("kinds", "one"),
+    };
+    format!(
+        "; `{type_name}` is registered under {kinds} {}, not `{kind}`: declare the component under {them}, or, if the type is meant to serve `{kind}`, correct its `#[component(kind = ...)]`",
+        custom.join(", ")
+    )
 }
 
 /// Checks that `user` may reference `target`, declared as `found`; `at`

@@ -2,6 +2,7 @@
 //! linked crate.
 
 mod build;
+mod declared;
 mod inject;
 
 use std::collections::BTreeMap;
@@ -11,12 +12,14 @@ use serde_json::{Map, Value};
 use crate::component::Kind;
 use crate::metadata::{Metadata, MetadataError};
 pub use build::Buildable;
+pub use declared::DeclaredDescriptor;
 pub use inject::check_refs;
 pub(crate) use inject::offer_to;
 pub use inject::{Inject, InjectError, InjectField, RefRefused};
 
 /// Describes one component type. `#[derive(Component)]` submits one per
-/// component; a hand-written component can `inventory::submit!` its own.
+/// component, [declared at](ComponentDescriptor::declared_at) its struct;
+/// a hand-written component can `inventory::submit!` its own.
 #[derive(Debug, Clone, Copy)]
 pub struct ComponentDescriptor {
     /// The kind it serves (`state`, `config_store`, ... or a custom kind).
@@ -82,9 +85,25 @@ pub type ValidateMetadata = fn(&Map<String, Value>, &[String]) -> Result<(), Met
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     by_kind: BTreeMap<&'static str, BTreeMap<&'static str, ComponentDescriptor>>,
-    /// Types submitted more than once by linked crates: the descriptions
-    /// of every submission, by (kind, type).
-    submitted_twice: BTreeMap<(&'static str, &'static str), Vec<&'static str>>,
+    /// Types submitted more than once by linked crates: every
+    /// submission, by (kind, type).
+    submitted_twice: BTreeMap<(&'static str, &'static str), Submissions>,
+}
+
+/// The submissions of one type submitted more than once, in order.
+#[derive(Debug, Clone, Default)]
+struct Submissions {
+    /// Each one's description.
+    descriptions: Vec<&'static str>,
+    /// Where each one was declared (`None`: submitted on its own).
+    origins: Vec<Option<&'static str>>,
+}
+
+impl Submissions {
+    fn push(&mut self, descriptor: &ComponentDescriptor, origin: Option<&'static str>) {
+        self.descriptions.push(descriptor.description);
+        self.origins.push(origin);
+    }
 }
 
 impl Registry {
@@ -94,25 +113,38 @@ impl Registry {
     /// that type, since which submission would serve depends on link order,
     /// until [`Registry::register`] replaces it.
     pub fn collected() -> Self {
-        Self::submitted(inventory::iter::<ComponentDescriptor>.into_iter().copied())
+        let alone = inventory::iter::<ComponentDescriptor>
+            .into_iter()
+            .map(|descriptor| DeclaredDescriptor::from(*descriptor));
+        let declared = inventory::iter::<DeclaredDescriptor>.into_iter().copied();
+        Self::submitted(alone.chain(declared))
     }
 
-    /// A registry of `descriptors`, as linked crates submit them (see
-    /// [`Registry::collected`]).
-    pub fn submitted(descriptors: impl IntoIterator<Item = ComponentDescriptor>) -> Self {
+    /// A registry of `descriptors` (each a [`ComponentDescriptor`], or one
+    /// [declared at](ComponentDescriptor::declared_at) its struct), as
+    /// linked crates submit them (see [`Registry::collected`]).
+    pub fn submitted(descriptors: impl IntoIterator<Item = impl Into<DeclaredDescriptor>>) -> Self {
         let mut registry = Self::default();
-        for descriptor in descriptors {
+        // Where each registered type was declared, for a second submission.
+        let mut origins = BTreeMap::new();
+        for declared in descriptors {
+            let DeclaredDescriptor { descriptor, origin } = declared.into();
             let descriptor = canonical(descriptor);
             let (kind, type_name) = (descriptor.kind, descriptor.type_name);
-            if let Some(earlier) = registry.get(kind, type_name) {
-                let earlier = earlier.description;
+            if let Some(earlier) = registry.get(kind, type_name).copied() {
+                let earlier_origin = origins.get(&(kind, type_name)).copied().flatten();
                 registry
                     .submitted_twice
                     .entry((kind, type_name))
-                    .or_insert_with(|| vec![earlier])
-                    .push(descriptor.description);
+                    .or_insert_with(|| {
+                        let mut first = Submissions::default();
+                        first.push(&earlier, earlier_origin);
+                        first
+                    })
+                    .push(&descriptor, origin);
                 continue;
             }
+            origins.insert((kind, type_name), origin);
             registry.register(descriptor);
         }
         registry
@@ -121,11 +153,29 @@ impl Registry {
     /// The descriptions of every submission of `type_name` in `kind`, when
     /// linked crates submitted it more than once.
     pub fn submitted_twice(&self, kind: &str, type_name: &str) -> Option<&[&'static str]> {
+        self.submissions(kind, type_name)
+            .map(|submissions| submissions.descriptions.as_slice())
+    }
+
+    /// Where each submission of `type_name` in `kind` was declared (the
+    /// deriving struct's path; `None` for a descriptor submitted on its
+    /// own), in the order of [`Registry::submitted_twice`]'s descriptions,
+    /// when linked crates submitted it more than once.
+    pub fn submitted_twice_at(
+        &self,
+        kind: &str,
+        type_name: &str,
+    ) -> Option<&[Option<&'static str>]> {
+        self.submissions(kind, type_name)
+            .map(|submissions| submissions.origins.as_slice())
+    }
+
+    fn submissions(&self, kind: &str, type_name: &str) -> Option<&Submissions> {
         let kind = Kind::canonical_spelling(kind);
         self.submitted_twice
             .iter()
             .find(|((k, t), _)| *k == kind && *t == type_name)
-            .map(|(_, descriptions)| descriptions.as_slice())
+            .map(|(_, submissions)| submissions)
     }
 
     /// Adds (or replaces) a descriptor: the way to override a type on
@@ -145,6 +195,18 @@ impl Registry {
         self.by_kind
             .get(Kind::canonical_spelling(kind))?
             .get(type_name)
+    }
+
+    /// The kinds other than `kind` that register a type named
+    /// `type_name`: where a configuration's unknown type may be (under a
+    /// misspelled kind, say).
+    pub fn other_kinds_of(&self, kind: &str, type_name: &str) -> Vec<&'static str> {
+        let kind = Kind::canonical_spelling(kind);
+        self.by_kind
+            .iter()
+            .filter(|(other, types)| **other != kind && types.contains_key(type_name))
+            .map(|(other, _)| *other)
+            .collect()
     }
 
     /// The registered type names of `kind`.
@@ -214,6 +276,27 @@ mod tests {
             panic!("{problems}");
         }
         assert_eq!(registry.types_of("pubsub"), ["x"]);
+    }
+
+    /// A type submitted twice keeps where each submission was declared,
+    /// in order, so the problem can name both structs.
+    #[test]
+    fn a_type_submitted_twice_keeps_where_each_was_declared() {
+        let registry = Registry::submitted([
+            descriptor("cache", "lru").declared_at("app::a::Lru"),
+            descriptor("cache", "lru").into(),
+            descriptor("cache", "lru").declared_at("app::b::Lru"),
+            descriptor("cache", "fifo").declared_at("app::Fifo"),
+        ]);
+        assert_eq!(
+            registry.submitted_twice_at("cache", "lru"),
+            Some(&[Some("app::a::Lru"), None, Some("app::b::Lru")][..])
+        );
+        assert_eq!(
+            registry.submitted_twice("cache", "lru").map(<[_]>::len),
+            Some(3)
+        );
+        assert_eq!(registry.submitted_twice_at("cache", "fifo"), None);
     }
 
     /// Submitted under the kind and under its alias, a type is one type

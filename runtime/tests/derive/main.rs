@@ -4,4 +4,5 @@
 #![allow(clippy::unwrap_used)]
 
 mod derive_expand;
+mod derive_origin;
 mod derive_ui;

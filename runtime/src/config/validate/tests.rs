@@ -441,6 +441,74 @@ fn a_type_two_crates_register_is_refused_where_it_is_used() {
     );
 }
 
+/// Two derived structs registering one type are named by their paths, so
+/// the problem says which to rename (not "(no description), (no
+/// description)").
+#[test]
+fn a_type_submitted_twice_is_reported_with_where_each_was_declared() {
+    let descriptor = |description: &'static str| ComponentDescriptor {
+        kind: "state",
+        type_name: "redis",
+        description,
+        example_metadata: "{}",
+        validate: none_validate,
+        build: unbuildable,
+        check_refs: None,
+        in_place: None,
+    };
+    let registry = Registry::submitted([
+        descriptor("").declared_at("app::a::Redis"),
+        descriptor("mine").declared_at("app::b::Redis"),
+        descriptor("by hand").into(),
+    ]);
+    let text = r#"{"components": {"state": {"orders": {"type": "redis"}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let problems = match validate(config, &registry) {
+        Ok(_) => panic!("a type registered twice was accepted"),
+        Err(problems) => problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    };
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains(
+            "registered 3 times in this binary (`app::a::Redis`, `app::b::Redis` \"mine\", \"by hand\")"
+        ),
+        "{problems:?}"
+    );
+}
+
+/// A type registered under a custom kind that is a misspelled built-in
+/// one (a hand-written descriptor; the derive refuses such a kind) is
+/// pointed at when a configuration names it under the built-in kind.
+#[test]
+fn an_unknown_type_names_the_custom_kind_it_is_registered_under() {
+    let mut registry = registry();
+    registry.register(ComponentDescriptor {
+        kind: "state_store",
+        type_name: "x",
+        description: "",
+        example_metadata: "{}",
+        validate: none_validate,
+        build: unbuildable,
+        check_refs: None,
+        in_place: None,
+    });
+    let text =
+        r#"{"components": {"state": {"o": {"type": "x"}}, "lock": {"l": {"type": "memory"}}}}"#;
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let problems = match validate(config, &registry) {
+        Ok(_) => panic!("a type of another kind was accepted"),
+        Err(problems) => problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    };
+    assert_eq!(
+        problems,
+        [
+            // `memory` is registered under other kinds, all built-in: no hint.
+            "lock/l: unknown type `memory`: no component types are registered for kind `lock`",
+            "state/o: unknown type `x` for kind `state` (registered: memory, redis); `x` is registered under kind `state_store`, not `state`: declare the component under it, or, if the type is meant to serve `state`, correct its `#[component(kind = ...)]`",
+        ]
+    );
+}
+
 #[test]
 fn a_replacement_registered_by_hand_serves_a_type_submitted_twice() {
     let twice = |description: &'static str| ComponentDescriptor {
