@@ -401,6 +401,10 @@ async fn the_file_turns_export_on_and_a_reload_is_one_trace_of_its_actions() {
     );
 }
 
+/// A reload is traced whatever the sampler says of calls; a rejected one
+/// is a root span with status `ERROR` described by its error (before,
+/// the description went to an `otel.status_message` attribute, which
+/// tracing-opentelemetry does not read: the status had none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_is_traced_even_when_requests_are_not_sampled() {
     let receiver = Receiver::start().await;
@@ -411,14 +415,15 @@ async fn a_reload_is_traced_even_when_requests_are_not_sampled() {
         "samplingRate": "0",
         "otel": {"endpointAddress": receiver.addr.to_string(), "protocol": "http", "isSecure": false}
     });
-    let write = |ttl: u32| {
+    let write_typed = |type_name: &str, ttl: u32| {
         let json = serde_json::json!({
             "appId": "unsampled",
             "tracing": tracing,
-            "components": {"state": {"cache": {"type": "memory", "metadata": {"defaultTtlInSeconds": ttl}}}}
+            "components": {"state": {"cache": {"type": type_name, "metadata": {"defaultTtlInSeconds": ttl}}}}
         });
         std::fs::write(&config, json.to_string()).unwrap();
     };
+    let write = |ttl: u32| write_typed("memory", ttl);
     write(10);
     let http = format!("127.0.0.1:{}", free_port());
     let sidecar = start(&config, &http, None);
@@ -444,6 +449,23 @@ async fn a_reload_is_traced_even_when_requests_are_not_sampled() {
         "a reload starts its own trace"
     );
     assert_eq!(child.name, "rewire.component");
+
+    write_typed("no-such-type", 20);
+    let rejected = receiver
+        .wait_for("the rejected reload's span", |spans| {
+            spans
+                .iter()
+                .find(|s| {
+                    s.name == "rewire.reload"
+                        && attribute(s, "rewire.outcome").as_deref() == Some("rejected")
+                })
+                .cloned()
+        })
+        .await;
+    assert!(rejected.parent_span_id.is_empty(), "{rejected:?}");
+    let (code, description) = status_of(&rejected);
+    assert_eq!(code, STATUS_ERROR, "{rejected:?}");
+    assert!(description.contains("no-such-type"), "{rejected:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

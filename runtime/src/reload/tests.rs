@@ -345,7 +345,7 @@ async fn a_rolled_back_reload_and_its_failed_components_are_errors_in_the_trace(
     let root = &roots[0];
     assert_eq!(field(root, "rewire.outcome"), Some("rolled_back"));
     assert_eq!(field(root, "otel.status_code"), Some("ERROR"));
-    let message = field(root, "otel.status_message").unwrap_or_default();
+    let message = field(root, "otel.status_description").unwrap_or_default();
     assert_eq!(Some(message), reloader.history()[0].error.as_deref());
     assert!(message.contains("custom/failing"), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
@@ -363,7 +363,7 @@ async fn a_rolled_back_reload_and_its_failed_components_are_errors_in_the_trace(
             Some("ERROR"),
             "{component}"
         );
-        let message = field(span, "otel.status_message").unwrap_or_default();
+        let message = field(span, "otel.status_description").unwrap_or_default();
         assert!(message.contains(why), "{component}: {message}");
         assert!(!message.contains("hunter2"), "{component}: {message}");
     }
@@ -390,7 +390,7 @@ async fn a_rejected_reload_is_an_error_in_the_trace() {
     let roots = capture.named("rewire.reload");
     assert_eq!(field(&roots[0], "rewire.outcome"), Some("rejected"));
     assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
-    let message = field(&roots[0], "otel.status_message").unwrap_or_default();
+    let message = field(&roots[0], "otel.status_description").unwrap_or_default();
     assert!(message.contains("nope"), "{message}");
 }
 
@@ -413,7 +413,7 @@ async fn a_rejected_reload_over_a_huge_name_records_a_bounded_error() {
     assert!(error.contains('…'), "cut: {error:.200}");
     assert!(error.contains("nope"), "the problem is gone: {error}");
     let roots = capture.named("rewire.reload");
-    let message = field(&roots[0], "otel.status_message").unwrap_or_default();
+    let message = field(&roots[0], "otel.status_description").unwrap_or_default();
     assert_eq!(message, error, "the span's status is the record's error");
 }
 
@@ -572,7 +572,7 @@ async fn a_panicked_reload_is_recorded_on_its_own_span_not_a_second_trace() {
     assert_eq!(field(&roots[0], "rewire.outcome"), Some("rolled_back"));
     assert_eq!(field(&roots[0], "rewire.attempt"), Some("2"));
     assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
-    let message = field(&roots[0], "otel.status_message").unwrap_or_default();
+    let message = field(&roots[0], "otel.status_description").unwrap_or_default();
     assert!(message.contains("the reload panicked: boom"), "{message}");
 }
 
@@ -619,7 +619,7 @@ async fn an_update_left_to_the_commit_whose_rebuild_fails_there_is_failed_in_the
     let span = &spans[0];
     assert_eq!(field(span, "rewire.action"), Some("failed"), "{span:?}");
     assert_eq!(field(span, "otel.status_code"), Some("ERROR"), "{span:?}");
-    let message = field(span, "otel.status_message").unwrap_or_default();
+    let message = field(span, "otel.status_description").unwrap_or_default();
     assert!(message.contains("refused to start"), "{message}");
 }
 

@@ -44,7 +44,7 @@ pub(super) fn reload_span(trigger: &Trigger, attempt: u32) -> Span {
         rewire.kept = Empty,
         rewire.forced = Empty,
         otel.status_code = Empty,
-        otel.status_message = Empty,
+        otel.status_description = Empty,
     )
 }
 
@@ -112,7 +112,7 @@ pub(super) fn record_stopped(span: &Span, generation: u64) {
 /// Marks `span` as an error, with `message` (already scrubbed).
 fn record_error(span: &Span, message: &str) {
     span.record("otel.status_code", "ERROR");
-    span.record("otel.status_message", message);
+    span.record("otel.status_description", message);
 }
 
 /// A child of the current reload span for the action on `key`.
@@ -125,7 +125,7 @@ pub(super) fn component_span(key: &ComponentKey, type_name: &str) -> Span {
         rewire.action = Empty,
         rewire.init_ms = Empty,
         otel.status_code = Empty,
-        otel.status_message = Empty,
+        otel.status_description = Empty,
     )
 }
 

@@ -209,7 +209,7 @@ async fn a_staged_update_that_panics_when_applied_is_failed_put_back_and_tried_a
     assert_eq!(reloader.history().last(), Some(&record));
     let roots = capture.named("rewire.reload");
     assert_eq!(field(&roots[0], "otel.status_code"), Some("ERROR"));
-    assert_eq!(field(&roots[0], "otel.status_message"), Some(error));
+    assert_eq!(field(&roots[0], "otel.status_description"), Some(error));
     // What is recorded is what runs: the previous metadata, re-applied
     // over the half-made update, and a request still served.
     assert_eq!(recorded_rev(&reloader).await, (1, 1));
