@@ -20,7 +20,10 @@
 //! drains the old one (see `rewire_runtime`'s handle subscriptions), one
 //! made on the instance ends with it. A rebuild of the same type goes on
 //! with its predecessor's message ids (see [`crate::memory`]), so no id
-//! is handed out twice.
+//! is handed out twice. Ids start with a tag drawn when the process
+//! starts ([`process_tag`]): after a restart the count starts again, and
+//! an id an app kept (to tell a redelivery from a new message, which the
+//! sidecar's envelope ids derive from) must not name another message.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,6 +79,26 @@ pub struct MemoryPubSub {
 /// The last message id handed out by the component.
 #[derive(Debug, Default)]
 struct MessageIds(AtomicU64);
+
+/// This process's tag in message ids, drawn once.
+fn process_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(new_tag)
+}
+
+/// 64 random bits in hex (std's per-process random hasher keys, the
+/// time and the process id).
+fn new_tag() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", hasher.finish())
+}
 
 impl MemoryPubSub {
     /// A broker with no subscription.
@@ -255,7 +278,7 @@ impl PubSub for MemoryPubSub {
         let _pass = self.gate.enter().await?;
         let id = self.ids.0.fetch_add(1, Ordering::Relaxed) + 1;
         let message = Arc::new(Message {
-            id: id.to_string(),
+            id: format!("{}-{id}", process_tag()),
             topic: req.topic.clone(),
             data: req.data,
             content_type: req.content_type,
@@ -401,6 +424,29 @@ mod tests {
             data: data.as_bytes().to_vec(),
             ..PublishRequest::default()
         }
+    }
+
+    /// A message's id carries the process's tag and its count: a
+    /// restarted process (a new tag) never names another message with
+    /// an id an app kept. Failed before: ids were the bare count from 1.
+    #[tokio::test]
+    async fn message_ids_carry_the_process_tag_so_a_restart_never_repeats_one() {
+        let broker = MemoryPubSub::new();
+        let mut sub = broker
+            .subscribe(SubscribeRequest {
+                topic: "t".into(),
+                ..SubscribeRequest::default()
+            })
+            .await
+            .expect("subscribed");
+        broker.publish(publish("t", "x")).await.expect("published");
+        let delivered = testkit::soon("a delivery", sub.deliveries.recv())
+            .await
+            .expect("delivered");
+        assert_eq!(delivered.message.id, format!("{}-1", process_tag()));
+        assert_eq!(process_tag().len(), 16);
+        assert_ne!(new_tag(), new_tag(), "each process draws its own");
+        delivered.settle(DeliveryOutcome::Success);
     }
 
     #[tokio::test]
