@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::FutureExt;
 use rewire_runtime::{FileError, FileInfo, Increment, ListRequest, SequencerError};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
@@ -167,11 +168,26 @@ async fn send_chunks(
         Ok(data) => Ok(pb::GetFileResponse { data }),
         Err(err) => Err(Status::internal(format!("reading the file failed: {err}"))),
     };
-    if pump(body, CHUNK, &out, message, CLIENT_READS_WITHIN).await == Pumped::Stalled {
-        end.end(Status::deadline_exceeded(format!(
+    // A store's reader that panics mid-file ends the stream with an
+    // error: ended without one, the client would take a cut file for the
+    // whole of it (status OK).
+    let pumped =
+        std::panic::AssertUnwindSafe(pump(body, CHUNK, &out, message, CLIENT_READS_WITHIN))
+            .catch_unwind()
+            .await;
+    match pumped {
+        Ok(Pumped::Done) => {}
+        Ok(Pumped::Stalled) => end.end(Status::deadline_exceeded(format!(
             "reading {}: the client took no chunk for {CLIENT_READS_WITHIN:?}",
             rewire_runtime::echoed(&file)
-        )));
+        ))),
+        Err(_) => {
+            tracing::error!(file = %rewire_runtime::echoed(&file), "A file store's reader panicked while a file was sent; the stream ends with an error.");
+            end.end(Status::internal(format!(
+                "reading {} failed: the file store's reader panicked",
+                rewire_runtime::echoed(&file)
+            )));
+        }
     }
 }
 
@@ -368,6 +384,43 @@ mod tests {
         assert!(status
             .message()
             .contains("file `big` of file store `files`"));
+        assert!(stream.next().await.is_none());
+    }
+    /// A reader that panics after its first chunk: the stream ends with
+    /// INTERNAL. Failed before: it ended with no status,
+    /// so the client took the cut file for the whole of it.
+    #[tokio::test]
+    async fn a_reader_panicking_mid_file_ends_the_stream_with_an_error() {
+        struct PanicsAfterOneChunk(bool);
+        impl tokio::io::AsyncRead for PanicsAfterOneChunk {
+            fn poll_read(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                assert!(!self.0, "the store's reader panics");
+                self.0 = true;
+                buf.put_slice(b"first");
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let (out, queued) = mpsc::channel(4);
+        let end = StreamEnd::default();
+        let mut stream = EndableStream::new(queued, &end);
+        send_chunks(
+            PanicsAfterOneChunk(false),
+            out,
+            end,
+            "file `a` of file store `files`".into(),
+        )
+        .await;
+        // The status comes ahead of what is queued: the client knows at
+        // once the file is not whole.
+        let Some(Err(status)) = stream.next().await else {
+            panic!("the stream ended with no error");
+        };
+        assert_eq!(status.code(), Code::Internal);
+        assert!(status.message().contains("panicked"), "{status:?}");
         assert!(stream.next().await.is_none());
     }
 }
