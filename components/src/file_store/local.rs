@@ -32,8 +32,9 @@
 //! gone ([`held`]): a hung disk never has more puts' blocking writes than
 //! uploads admitted. Its other blocking work (opens, stats, listings,
 //! deletes) runs at most [`blocking_ops::MAX_BLOCKING_OPS`] at once per
-//! store ([`blocking_ops`]): a hung mount never takes the process's whole
-//! blocking pool.
+//! root, shared by every store on it (two stores, or the instances reloads
+//! build while an old one's stuck operations still run: [`blocking_ops`]):
+//! a hung mount never takes the process's whole blocking pool.
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -42,7 +43,7 @@ compile_error!(
     "the `local` file store resolves names beneath a directory handle (`openat`): it needs a Unix"
 );
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -64,7 +65,7 @@ mod held;
 mod listing;
 
 use beneath::{Entry, Kind};
-use blocking_ops::BlockingOps;
+use blocking_ops::{BlockingOps, RootKey};
 use held::{Held, HeldFile};
 
 /// A temporary file untouched this long is a dead put's, whoever wrote it.
@@ -99,11 +100,20 @@ fn default_max() -> u64 {
 pub struct LocalFileStore {
     #[metadata]
     metadata: LocalFileMetadata,
-    /// A handle on the root, resolved and canonical (set at init): every
-    /// name is resolved beneath it.
-    root: OnceLock<Arc<OwnedFd>>,
-    /// The places of its opens, stats, listings and deletes: a hung disk
-    /// keeps at most [`blocking_ops::MAX_BLOCKING_OPS`] threads.
+    /// What init opens (the root and its places for blocking work).
+    opened: OnceLock<Opened>,
+}
+
+/// The root of an initialised store.
+#[derive(Debug)]
+struct Opened {
+    /// A handle on the root, resolved and canonical: every name is
+    /// resolved beneath it.
+    root: Arc<OwnedFd>,
+    /// The places of its opens, stats, listings and deletes, shared with
+    /// every store on the root: a hung disk keeps at most
+    /// [`blocking_ops::MAX_BLOCKING_OPS`] threads, however many stores
+    /// (or reloads) it has.
     ops: BlockingOps,
 }
 
@@ -124,15 +134,22 @@ impl LocalFileStore {
     pub fn new(metadata: LocalFileMetadata) -> Self {
         Self {
             metadata,
-            root: OnceLock::new(),
-            ops: BlockingOps::default(),
+            opened: OnceLock::new(),
         }
     }
 
-    fn root(&self) -> Result<Arc<OwnedFd>, FileError> {
-        self.root
+    /// Takes `root` (whose identity is `key`) as the store's root, with
+    /// the places of the stores on it.
+    fn open(&self, root: Arc<OwnedFd>, key: RootKey) {
+        let _ = self.opened.set(Opened {
+            root,
+            ops: BlockingOps::of_root(key),
+        });
+    }
+
+    fn opened(&self) -> Result<&Opened, FileError> {
+        self.opened
             .get()
-            .cloned()
             .ok_or_else(|| FileError::Backend("the file store is not initialised".into()))
     }
 
@@ -147,9 +164,11 @@ impl LocalFileStore {
         op: impl FnOnce(Arc<OwnedFd>, &str, &str) -> Result<T, FileError> + Send + 'static,
     ) -> Result<T, FileError> {
         names::parts(name)?;
-        let root = self.root()?;
+        let opened = self.opened()?;
+        let root = Arc::clone(&opened.root);
         let name = name.to_string();
-        self.ops
+        opened
+            .ops
             .run(move || {
                 let parts = names::parts(&name)?;
                 let Some((last, folders)) = parts.split_last() else {
@@ -435,19 +454,23 @@ fn sweep_temp_files(root: &OwnedFd) {
 
 /// Roots (by device and inode) being swept now: an init while one is
 /// swept (a quick reload) does not start another.
-fn sweeping() -> &'static std::sync::Mutex<std::collections::HashSet<(u64, u64)>> {
-    static SWEEPING: OnceLock<std::sync::Mutex<std::collections::HashSet<(u64, u64)>>> =
+fn sweeping() -> &'static std::sync::Mutex<std::collections::HashSet<RootKey>> {
+    static SWEEPING: OnceLock<std::sync::Mutex<std::collections::HashSet<RootKey>>> =
         OnceLock::new();
     SWEEPING.get_or_init(Default::default)
 }
 
-/// Sweeps `root` in the background (never holding up init).
-fn sweep_in_background(root: Arc<OwnedFd>) {
-    let Ok(stat) = rustix::fs::fstat(root.as_fd()) else {
-        return;
-    };
+/// The identity of the root `handle`: its device and inode (stores on
+/// one root share its sweep and its places for blocking work).
+fn root_key(handle: BorrowedFd<'_>) -> std::io::Result<RootKey> {
+    let stat = rustix::fs::fstat(handle)?;
     #[allow(clippy::useless_conversion)]
-    let key = (u64::from(stat.st_dev), u64::from(stat.st_ino));
+    Ok((u64::from(stat.st_dev), u64::from(stat.st_ino)))
+}
+
+/// Sweeps `root` (whose identity is `key`) in the background (never
+/// holding up init).
+fn sweep_in_background(root: Arc<OwnedFd>, key: RootKey) {
     if !sweeping()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -503,13 +526,17 @@ impl Component for LocalFileStore {
         };
         tokio::fs::create_dir_all(&root).await.map_err(failed)?;
         let canonical = tokio::fs::canonicalize(&root).await.map_err(failed)?;
-        let handle = tokio::task::spawn_blocking(move || beneath::open_root(&canonical))
-            .await
-            .map_err(|err| ComponentError::new(format!("opening {}: {err}", root.display())))?
-            .map_err(failed)?;
+        let (handle, key) = tokio::task::spawn_blocking(move || {
+            let handle = beneath::open_root(&canonical)?;
+            let key = root_key(handle.as_fd())?;
+            Ok((handle, key))
+        })
+        .await
+        .map_err(|err| ComponentError::new(format!("opening {}: {err}", root.display())))?
+        .map_err(failed)?;
         let handle = Arc::new(handle);
-        sweep_in_background(Arc::clone(&handle));
-        let _ = self.root.set(handle);
+        sweep_in_background(Arc::clone(&handle), key);
+        self.open(handle, key);
         Ok(())
     }
 }
@@ -587,10 +614,10 @@ impl FileStore for LocalFileStore {
     }
 
     async fn list(&self, req: ListRequest) -> Result<ListPage, FileError> {
-        let root = self.root()?;
+        let opened = self.opened()?;
         // Held by this future: dropped with it, the walk stops.
-        let (_stop, walk) = list_task(root, req, listing::LIST_ENTRIES);
-        self.ops.run(walk).await
+        let (_stop, walk) = list_task(Arc::clone(&opened.root), req, listing::LIST_ENTRIES);
+        opened.ops.run(walk).await
     }
 
     async fn stat(&self, name: &str) -> Result<FileInfo, FileError> {
@@ -614,6 +641,68 @@ impl FileStore for LocalFileStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store on `dir`, opened as init opens it (without the sweep).
+    fn store_on(dir: &Path) -> LocalFileStore {
+        let store = LocalFileStore::new(LocalFileMetadata {
+            root: dir.display().to_string(),
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+        });
+        let root = beneath::open_root(dir).unwrap();
+        let key = root_key(root.as_fd()).unwrap();
+        store.open(Arc::new(root), key);
+        store
+    }
+
+    /// Two stores on one root (two components, or the instance a reload
+    /// builds while the old one's stuck operations still run), the first
+    /// with every place of the root taken by an operation stuck on its
+    /// disk (time paused: moved by hand): a stat on the second waits,
+    /// never starting, and fails once they have run the bound. Before,
+    /// each store had its own places: the stat started another thread on
+    /// the stuck disk, and each reload added 32 more.
+    #[tokio::test(start_paused = true)]
+    async fn stores_on_one_root_share_its_places_for_blocking_operations() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("report.txt"), "x").unwrap();
+        let (first, second) = (store_on(dir.path()), store_on(dir.path()));
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let released = Arc::new(std::sync::Mutex::new(released));
+        let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+        let ops = first.opened().unwrap().ops.clone();
+        let mut stuck = Vec::new();
+        for _ in 0..blocking_ops::MAX_BLOCKING_OPS {
+            let (ops, released, started_tx) =
+                (ops.clone(), Arc::clone(&released), started_tx.clone());
+            stuck.push(tokio::spawn(async move {
+                ops.run(move || {
+                    let _ = started_tx.send(());
+                    let _ = released.lock().unwrap().recv();
+                    Ok(())
+                })
+                .await
+            }));
+        }
+        for _ in 0..blocking_ops::MAX_BLOCKING_OPS {
+            started.recv().await.unwrap();
+        }
+        let stat = tokio::spawn(async move { second.stat("report.txt").await });
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(blocking_ops::PLACE_WAIT).await;
+        let refused = stat.await.unwrap().expect_err("no place left on the root");
+        assert!(
+            refused
+                .to_string()
+                .contains("has not returned an operation"),
+            "{refused}"
+        );
+        drop(release);
+        for call in stuck {
+            call.await.unwrap().unwrap();
+        }
+    }
 
     #[test]
     fn a_listing_whose_caller_is_gone_stops_and_one_within_its_budget_runs() {
@@ -652,14 +741,7 @@ mod tests {
     async fn a_put_abandoned_on_a_hung_disk_keeps_its_upload_hold_until_its_write_returns() {
         const WITHIN: Duration = Duration::from_secs(30);
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(LocalFileStore {
-            metadata: LocalFileMetadata {
-                root: dir.path().display().to_string(),
-                max_file_size: DEFAULT_MAX_FILE_SIZE,
-            },
-            root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
-            ops: BlockingOps::default(),
-        });
+        let store = Arc::new(store_on(dir.path()));
         let (disk, mut probes) = held::HungDisk::new();
         let put = tokio::spawn(async move {
             let req = PutFileRequest {
@@ -696,14 +778,7 @@ mod tests {
         let path = dir.path().join("report.txt");
         std::fs::write(&path, "quarterly").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-        let store = LocalFileStore {
-            metadata: LocalFileMetadata {
-                root: dir.path().display().to_string(),
-                max_file_size: DEFAULT_MAX_FILE_SIZE,
-            },
-            root: Arc::new(beneath::open_root(dir.path()).unwrap()).into(),
-            ops: BlockingOps::default(),
-        };
+        let store = store_on(dir.path());
         let page = store.list(ListRequest::default()).await.unwrap();
         let [listed] = page.files.as_slice() else {
             panic!("one file: {page:?}");
