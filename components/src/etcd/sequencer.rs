@@ -24,7 +24,9 @@
 //! `keyPrefix` literal, the id as a decimal value) go on: the first
 //! request for a key (per instance) reads the decimal value there — and
 //! at `{keyPrefixPath}sequencer|||{key}` when `keyPrefixPath` is set, and
-//! at the counter's own key — and ids go on above it. Only while the
+//! at the counter's own key, taken over in one write with the record that
+//! holds it ([`EtcdCounters::take_over_counter_key`]) — and ids go on
+//! above it. Only while the
 //! counter has no record of rewire's yet (no id of it handed out): other
 //! clients may write those keys (a config store's `SaveConfiguration`
 //! without a key prefix), so a counter in use never follows them; a value
@@ -220,12 +222,19 @@ impl EtcdSequencer {
             migrate = false;
         }
         if migrate {
-            // The earlier layout's keys this configuration names (a key
-            // the user may not read is warned about)...
-            let mut named = vec![
-                keys.counter.clone(),
-                old_rewire_key(&self.metadata.key_prefix, key),
-            ];
+            // A decimal at the counter's own key (an earlier key itself
+            // with `keyPrefix: none`) is taken over with the record that
+            // holds it, in one write: the bump below empties that key.
+            if let Some(value) = counters
+                .take_over_counter_key(&keys)
+                .await
+                .map_err(SequencerError::Backend)?
+            {
+                floor = floor.max(value);
+            }
+            // The earlier layout's other keys this configuration names (a
+            // key the user may not read is warned about)...
+            let mut named = vec![old_rewire_key(&self.metadata.key_prefix, key)];
             if self.metadata.key_prefix_path.is_some() {
                 named.push(old_rewire_key(&path, key));
             }
@@ -239,7 +248,8 @@ impl EtcdSequencer {
             let old = named
                 .into_iter()
                 .map(|old| (old, false))
-                .chain(quiet.then_some((default, true)));
+                .chain(quiet.then_some((default, true)))
+                .filter(|(old, _)| *old != keys.counter);
             for (old, quiet) in old {
                 if let Some(value) = counters
                     .read_old(&old, quiet)

@@ -178,17 +178,96 @@ impl EtcdCounters {
         if kv.value.is_empty() {
             return Ok(None);
         }
-        let text = String::from_utf8_lossy(&kv.value);
-        let value = text.parse::<i64>().ok();
-        if value.is_none() {
-            let shown = cut_short(&text, SHOWN_VALUE_CHARS);
-            if quiet {
-                tracing::debug!(key, value = %shown, "An earlier-layout counter that holds no number is taken as absent.");
-            } else {
-                tracing::warn!(key, value = %shown, "An earlier-layout counter holds no number (another client wrote it); it is taken as absent.");
+        Ok(old_decimal(key, &kv.value, quiet))
+    }
+
+    /// Takes over an earlier-layout decimal at the counter's own key (with
+    /// `keyPrefixPath: /ids/` and `keyPrefix: none` the counter key
+    /// `/ids/sequencer|||orders` is the earlier key): in one transaction,
+    /// only while rewire's record is absent and the key is as read, the
+    /// decimal is replaced by an empty value (as Layotto's counter) and the
+    /// record is written holding it (an offset such that that put's id is
+    /// the decimal, none when the version is past it already). A later
+    /// reader so finds either the decimal or the record, never neither: a
+    /// request that fails after the decimal is gone, or one that reads the
+    /// key just after another request emptied it, still goes on above it.
+    /// The decimal (the floor it sets), `None` when the record stands or
+    /// the key holds no decimal (a value that is no number is taken as
+    /// absent, with a warning).
+    pub async fn take_over_counter_key(&self, keys: &CounterKeys) -> Result<Option<i64>, String> {
+        let key = &keys.counter;
+        for _ in 0..MAX_JUMPS {
+            let request = TxnRequest {
+                compare: Vec::new(),
+                success: vec![read_op(key), read_op(&keys.offset)],
+                failure: Vec::new(),
+            };
+            let reply = self
+                .client
+                .txn(request)
+                .await
+                .map_err(|err| self.settings.scrub(&err.to_string()))?;
+            let read = |at: usize| {
+                reply.responses.get(at).and_then(|op| match &op.response {
+                    Some(response_op::Response::ResponseRange(range)) => range.kvs.first(),
+                    _ => None,
+                })
+            };
+            if read(1).is_some() {
+                // Rewire's record stands: it holds whatever was there.
+                return Ok(None);
             }
+            let Some(kv) = read(0).filter(|kv| !kv.value.is_empty()) else {
+                return Ok(None);
+            };
+            let Some(value) = old_decimal(key, &kv.value, false) else {
+                return Ok(None);
+            };
+            // The put below makes the version one more; its id is then
+            // the decimal (never handed out: the next one is above it).
+            let offset = value.saturating_sub(kv.version.saturating_add(1)).max(0);
+            let record = format!("{offset}@{}", kv.create_revision);
+            let request = TxnRequest {
+                compare: vec![
+                    unchanged(
+                        &keys.offset,
+                        CompareTarget::Mod,
+                        TargetUnion::ModRevision(0),
+                    ),
+                    unchanged(
+                        key,
+                        CompareTarget::Mod,
+                        TargetUnion::ModRevision(kv.mod_revision),
+                    ),
+                ],
+                success: vec![
+                    put_op(key, Vec::new()),
+                    put_op(&keys.offset, record.into_bytes()),
+                ],
+                failure: Vec::new(),
+            };
+            let reply = self
+                .client
+                .txn(request)
+                .await
+                .map_err(|err| self.settings.scrub(&err.to_string()))?;
+            if reply.succeeded {
+                if offset > 0 {
+                    tracing::warn!(
+                        counter = %key,
+                        to = value.saturating_add(1),
+                        "The sequencer's counter took over the earlier layout's value at its key and jumped above it: its ids are now an offset kept in `{}` plus the key's version, which Layotto's sidecars do not read; they must not share this counter any more.",
+                        keys.offset
+                    );
+                }
+                return Ok(Some(value));
+            }
+            // Another request took it over, or another client wrote the
+            // key meanwhile: read again.
         }
-        Ok(value)
+        Err(format!(
+            "counter `{key}`: the earlier layout's value there was not taken over after              {MAX_JUMPS} tries (other clients kept changing it)"
+        ))
     }
 
     async fn bumped(&self, keys: &CounterKeys) -> Result<Counter, String> {
@@ -475,6 +554,22 @@ impl Counter {
             .offset
             .saturating_add(self.created.saturating_sub(recorded)))
     }
+}
+
+/// The decimal an earlier-layout counter `key` holds in `value`; `None`
+/// (with a warning, or quietly) when it is no number.
+fn old_decimal(key: &str, value: &[u8], quiet: bool) -> Option<i64> {
+    let text = String::from_utf8_lossy(value);
+    let decimal = text.parse::<i64>().ok();
+    if decimal.is_none() {
+        let shown = cut_short(&text, SHOWN_VALUE_CHARS);
+        if quiet {
+            tracing::debug!(key, value = %shown, "An earlier-layout counter that holds no number is taken as absent.");
+        } else {
+            tracing::warn!(key, value = %shown, "An earlier-layout counter holds no number (another client wrote it); it is taken as absent.");
+        }
+    }
+    decimal
 }
 
 /// The error of counter `key` whose next id would pass `i64::MAX`.

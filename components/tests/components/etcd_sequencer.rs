@@ -381,12 +381,19 @@ impl TwinEtcd {
     const PEER: &'static str = "http://127.0.0.1:2380";
 
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`start`](Self::start) with `extra` flags for etcd.
+    async fn start_with(extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|flag| flag.to_string()).collect();
         let mut last_error = String::new();
         // A free port may be taken before etcd binds it: try again.
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let (client_port, peer_port) = (free_port(), free_port());
             let data = dir.path().join("data");
+            let extra = extra.clone();
             let command = move || {
                 let client = format!("http://127.0.0.1:{client_port}");
                 let mut command = std::process::Command::new("etcd");
@@ -402,7 +409,8 @@ impl TwinEtcd {
                         &format!("http://127.0.0.1:{peer_port}"),
                     ])
                     .args(["--initial-advertise-peer-urls", Self::PEER])
-                    .args(["--initial-cluster", &format!("twin={}", Self::PEER)]);
+                    .args(["--initial-cluster", &format!("twin={}", Self::PEER)])
+                    .args(&extra);
                 command
             };
             let log = dir.path().join("etcd.log");
@@ -507,4 +515,88 @@ async fn a_rebuild_onto_a_cluster_with_the_same_id_never_repeats_an_id() {
         from_new > from_old,
         "the new instance handed out {from_new} after the old one's {from_old}"
     );
+}
+
+/// Earlier-layout counters at the counter's own key (`keyPrefixPath:
+/// /ids/` with `keyPrefix: none`, as the docs recommend, makes the
+/// counter key `/ids/sequencer|||orders` the earlier key itself).
+mod earlier_value_at_the_counter_key {
+    use super::*;
+
+    /// The earlier layout's last id, far ahead of the key's version.
+    const EARLIER: i64 = 5_000_000;
+
+    fn metadata(endpoint: String) -> serde_json::Value {
+        json!({"endpoints": endpoint, "keyPrefixPath": "/ids/", "keyPrefix": "none"})
+    }
+
+    /// Many first requests at once, from two instances, on keys whose
+    /// counter key holds the earlier decimal: every id lies above it and
+    /// none repeats. Before: a request that read the key just after
+    /// another one's put had emptied it found no floor, took a small id
+    /// and marked the counter, and both went out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_first_requests_all_go_on_above_it() {
+        let server = EtcdServer::start().await;
+        let one = sequencer_of("app1", "etcd-own-1", "etcd", metadata(server.endpoint())).await;
+        let two = sequencer_of("app1", "etcd-own-2", "etcd", metadata(server.endpoint())).await;
+        for round in 0..20u64 {
+            let key = format!("orders-{round}");
+            let earlier = EARLIER.to_string();
+            server
+                .put(&format!("/ids/sequencer|||{key}"), &earlier)
+                .await;
+            let callers: Vec<_> = (0..16u64)
+                .map(|caller| {
+                    let ids = if caller % 2 == 0 { &one } else { &two }.clone();
+                    let key = key.clone();
+                    // Spread over a few round trips (more each round), so
+                    // that some read the key while others write it.
+                    let spread = std::time::Duration::from_micros(caller * (100 + 50 * round));
+                    tokio::spawn(async move {
+                        tokio::time::sleep(spread).await;
+                        ids.get_next_id(next(&key)).await
+                    })
+                })
+                .collect();
+            let mut got = Vec::new();
+            for caller in callers {
+                got.push(caller.await.unwrap().unwrap());
+            }
+            got.sort_unstable();
+            assert!(got[0] > EARLIER, "round {round}: {got:?}");
+            got.dedup();
+            assert_eq!(got.len(), 16, "round {round}: an id handed out twice");
+        }
+    }
+
+    /// Puts `value` at `key` of the etcd at `endpoint`.
+    async fn put(endpoint: &str, key: &str, value: &str) {
+        let urls = [format!("http://{endpoint}")];
+        let options = rewire_etcd::ConnectOptions::default();
+        let client = rewire_etcd::Client::connect(&urls, options).await.unwrap();
+        client.put(key, value).await.unwrap();
+    }
+
+    /// etcd refusing the jump's transaction (`--max-txn-ops 3`: the jump
+    /// writes four operations, a put three) fails a first request after
+    /// its put; the next request still goes on above the earlier value.
+    /// Before: the put had emptied the key, the record was written only by
+    /// the jump, so the next request found neither and handed out the
+    /// key's version, an id the earlier layout had given.
+    #[tokio::test]
+    async fn a_request_failing_after_it_never_hands_out_an_earlier_id() {
+        let server = TwinEtcd::start_with(&["--max-txn-ops", "3"]).await;
+        let earlier = EARLIER.to_string();
+        put(&server.endpoint(), "/ids/sequencer|||orders", &earlier).await;
+        let ids = sequencer_of("app1", "etcd-own-fail", "etcd", metadata(server.endpoint())).await;
+        let first = ids.get_next_id(next("orders")).await;
+        assert!(first.as_ref().map_or(true, |id| *id > EARLIER), "{first:?}");
+        let restarted =
+            sequencer_of("app1", "etcd-own-fail", "etcd", metadata(server.endpoint())).await;
+        for ids in [&ids, &restarted] {
+            let id = ids.get_next_id(next("orders")).await;
+            assert!(matches!(id, Ok(id) if id > EARLIER), "{id:?}");
+        }
+    }
 }
