@@ -291,7 +291,7 @@ impl Telemetry {
             }
             return;
         };
-        let shown = rewire_runtime::without_credentials(endpoint);
+        let shown = shown_endpoint(endpoint);
         let read = read.unwrap_or_else(|| Err("the TLS files were not read".to_string()));
         let seen = read
             .as_ref()
@@ -364,8 +364,7 @@ impl Telemetry {
         seen: Result<TlsFingerprint, String>,
         error: &str,
     ) {
-        let shown =
-            rewire_runtime::without_credentials(settings.endpoint.as_deref().unwrap_or_default());
+        let shown = shown_endpoint(settings.endpoint.as_deref().unwrap_or_default());
         if unchanged && self.exporter.borrow().is_some() {
             tracing::warn!(endpoint = %shown, %error, "Tracing: the TLS files are refused; the exporter in force stays.");
         } else {
@@ -425,7 +424,7 @@ impl Telemetry {
         if on {
             let endpoint = settings.endpoint.as_deref().unwrap_or_default();
             tracing::info!(
-                endpoint = %rewire_runtime::without_credentials(endpoint),
+                endpoint = %shown_endpoint(endpoint),
                 protocol = ?settings.protocol,
                 sampler = ?settings.sampler,
                 service = %settings.service_name,
@@ -434,6 +433,19 @@ impl Telemetry {
         } else if was_on {
             tracing::info!("Tracing: off.");
         }
+    }
+}
+
+/// `endpoint` as logged: without the credentials of its URL, a gRPC
+/// endpoint given without a scheme (`user:pw@collector:4317`) too.
+fn shown_endpoint(endpoint: &str) -> String {
+    if endpoint.contains("://") {
+        return rewire_runtime::without_credentials(endpoint).into_owned();
+    }
+    let shown = rewire_runtime::without_credentials(&format!("grpc://{endpoint}")).into_owned();
+    match shown.strip_prefix("grpc://") {
+        Some(rest) => rest.to_string(),
+        None => shown,
     }
 }
 
@@ -561,6 +573,21 @@ mod tests {
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
+
+    /// Failed before: a gRPC endpoint without a scheme was logged with
+    /// its password (credentials were found only after `://`).
+    #[test]
+    fn an_endpoint_is_logged_without_credentials_with_or_without_a_scheme() {
+        for endpoint in [
+            "user:pw-9x@collector:4317",
+            "https://user:pw-9x@collector:4317",
+        ] {
+            let shown = shown_endpoint(endpoint);
+            assert!(!shown.contains("pw-9x"), "{shown}");
+            assert!(shown.contains("collector:4317"), "{shown}");
+        }
+        assert_eq!(shown_endpoint("collector:4317"), "collector:4317");
+    }
 
     #[test]
     fn no_trace_span_is_made_while_tracing_is_off() {
