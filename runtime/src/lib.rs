@@ -33,6 +33,7 @@ mod running;
 mod runtime;
 mod sections;
 mod store_call;
+pub mod system_roots;
 mod trigger;
 
 #[doc(inline)]

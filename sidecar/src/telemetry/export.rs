@@ -72,6 +72,15 @@ pub(super) fn build_exporter_keeping(
                 .build()
         }
         OtelProtocol::Grpc => {
+            // An `https` collector (a URL without a scheme may be one)
+            // and nothing to trust it by: refused here, rather than every
+            // export failing its handshake.
+            if let Some(missing) = tls.missing_roots() {
+                let dialled = grpc_channel::endpoint(endpoint, timeout, tls, None)?;
+                if dialled.uri().scheme_str() == Some("https") {
+                    return Err(missing);
+                }
+            }
             // Our channel: connect timeout and HTTP/2 keepalive, which
             // the library's own has not (its timeout must match).
             let channel = grpc_channel::channel(endpoint, timeout, tls, keepalive)?;

@@ -313,3 +313,162 @@ async fn until_at_least(least: usize, count: impl Fn() -> usize) {
     })
     .await;
 }
+
+/// The system's roots of an exporter without
+/// `OTEL_EXPORTER_OTLP_CERTIFICATE`: read with the files, within their
+/// deadline, and handed to the client. Each case runs in a fresh process
+/// (`SSL_CERT_FILE` is the process's, and so is the roots' cache).
+mod system_roots {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use opentelemetry_sdk::trace::SpanExporter as _;
+    use rewire_runtime::config::OtelProtocol;
+    use testkit::certs::{CertFiles, TestCa};
+
+    use super::super::export::build_exporter;
+    use super::super::tls::tests::grpc_collector;
+    use super::super::tls::ExportTlsFiles;
+    use super::super::tls_reads::TlsReads;
+    use super::super::{SamplerChoice, TraceSettings};
+
+    /// Set in the child processes: which case they run.
+    const CASE: &str = "REWIRE_TEST_OTLP_SYSTEM_ROOTS_CASE";
+    /// The collector's certificate and key files, for the `trusted` case.
+    const COLLECTOR_CERT: &str = "REWIRE_TEST_OTLP_COLLECTOR_CERT";
+    const COLLECTOR_KEY: &str = "REWIRE_TEST_OTLP_COLLECTOR_KEY";
+
+    fn grpc() -> TraceSettings {
+        TraceSettings {
+            endpoint: None,
+            protocol: OtelProtocol::Grpc,
+            sampler: SamplerChoice::AlwaysOn,
+            service_name: "system-roots-test".into(),
+            export_timeout: Duration::from_secs(10),
+            tls: ExportTlsFiles::default(),
+        }
+    }
+
+    /// gRPC (and HTTP) over TLS without a CA: with `SSL_CERT_FILE` a FIFO
+    /// nobody writes (a bundle on a hung mount), the exporter is refused
+    /// within the read's deadline, saying to give the CA; with no bundle
+    /// at all, refused the same at once; with the bundle holding the
+    /// collector's CA, spans reach it. Plain `http://` needs no root in
+    /// any case. Before: tonic's native roots were read where the
+    /// endpoint was configured, under the pipeline's lock, without a
+    /// bound: `rewire run` hung before its listeners started.
+    #[test]
+    fn an_exporter_without_a_ca_trusts_the_system_roots_read_within_the_deadline() {
+        const NAME: &str = "telemetry::hung_tls_tests::system_roots::an_exporter_without_a_ca_trusts_the_system_roots_read_within_the_deadline";
+        if let Some(case) = std::env::var_os(CASE) {
+            child(case.to_str().unwrap_or_default());
+            return;
+        }
+        let ca = TestCa::new("otlp-system-roots");
+        let collector = ca.server("collector");
+        let fifo = ca.dir().join("bundle-fifo.pem");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+        let cases = [
+            ("hung", fifo.as_path()),
+            ("none", std::path::Path::new("/nonexistent/ca.pem")),
+            ("trusted", ca.ca_path.as_path()),
+        ];
+        for (case, bundle) in cases {
+            let mut command = std::process::Command::new(std::env::current_exe().expect("binary"));
+            command
+                .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+                .env(CASE, case)
+                .env(COLLECTOR_CERT, &collector.cert_path)
+                .env(COLLECTOR_KEY, &collector.key_path)
+                .env("SSL_CERT_FILE", bundle)
+                .env("SSL_CERT_DIR", "/nonexistent");
+            let output = testkit::output_within(&mut command, Duration::from_secs(60))
+                .unwrap_or_else(|err| panic!("{case}: the child hangs: {err}"));
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("1 passed"),
+                "{case}: the child failed:\n{stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+
+    fn child(case: &str) {
+        crate::crypto::install_ring_provider();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let settings = grpc();
+        if case == "trusted" {
+            runtime.block_on(spans_reach_a_collector_trusted_through_the_system_roots());
+            return;
+        }
+        // Start-up's path: the files (none) and the roots waited for on
+        // this thread, at most the read deadline.
+        let tls = TlsReads::default()
+            .read_blocking(&settings.tls)
+            .and_then(|contents| contents.check())
+            .expect("no file to refuse");
+        let _entered = runtime.enter();
+        for (protocol, endpoint) in [
+            (OtelProtocol::Grpc, "https://127.0.0.1:4317"),
+            (OtelProtocol::Grpc, "127.0.0.1:4317"),
+            (OtelProtocol::Http, "https://127.0.0.1:4318/v1/traces"),
+        ] {
+            let settings = TraceSettings { protocol, ..grpc() };
+            let error = build_exporter(&settings, endpoint, &tls)
+                .err()
+                .unwrap_or_else(|| panic!("{endpoint}: built without roots"));
+            assert!(
+                error.contains("give OTEL_EXPORTER_OTLP_CERTIFICATE"),
+                "{endpoint}: {error}"
+            );
+            if case == "hung" {
+                assert!(error.contains("did not finish"), "{endpoint}: {error}");
+            } else {
+                assert!(
+                    error.contains("no system CA certificates"),
+                    "{endpoint}: {error}"
+                );
+            }
+        }
+        for (protocol, endpoint) in [
+            (OtelProtocol::Grpc, "http://127.0.0.1:4317"),
+            (OtelProtocol::Http, "http://127.0.0.1:4318/v1/traces"),
+        ] {
+            let settings = TraceSettings { protocol, ..grpc() };
+            let built = build_exporter(&settings, endpoint, &tls);
+            assert!(built.is_ok(), "{endpoint}: {:?}", built.err());
+        }
+    }
+
+    async fn spans_reach_a_collector_trusted_through_the_system_roots() {
+        let path = |name| PathBuf::from(std::env::var_os(name).expect("set by the parent"));
+        let (cert_path, key_path) = (path(COLLECTOR_CERT), path(COLLECTOR_KEY));
+        let collector = CertFiles {
+            cert_pem: std::fs::read_to_string(&cert_path).expect("cert"),
+            key_pem: std::fs::read_to_string(&key_path).expect("key"),
+            cert_path,
+            key_path,
+        };
+        let (addr, exports) = grpc_collector(&collector).await;
+        let settings = grpc();
+        // A reload's path: the roots read off the workers.
+        let tls = TlsReads::default()
+            .read(&settings.tls)
+            .await
+            .and_then(|contents| contents.check())
+            .expect("no file to refuse");
+        let endpoint = format!("https://localhost:{}", addr.port());
+        let exporter = build_exporter(&settings, &endpoint, &tls).expect("built");
+        let exported =
+            tokio::time::timeout(Duration::from_secs(20), exporter.inner.export(Vec::new()))
+                .await
+                .expect("answered");
+        assert!(exported.is_ok(), "{exported:?}");
+        assert_eq!(exports.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+}

@@ -1,6 +1,9 @@
 //! TLS of the span exporter, as the OTLP exporter specification names it:
 //! `OTEL_EXPORTER_OTLP_CERTIFICATE` (the CA that signs the collector's
-//! certificate; without it, the system's roots), and
+//! certificate; without it, the system's roots, read with the files by
+//! [`super::tls_reads`], bounded in time, and handed to the clients:
+//! neither reqwest's platform verifier nor tonic's native roots, which
+//! read them where the client is built, without a bound), and
 //! `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE` / `…_CLIENT_KEY` (mutual TLS),
 //! each with its `OTEL_EXPORTER_OTLP_TRACES_*` form winning. The files are
 //! read at start, after every reload and every few seconds while they are
@@ -8,7 +11,10 @@
 //! the exporter (a rotated certificate, a CA mounted late).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rewire_runtime::system_roots::SystemRoots;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -68,6 +74,7 @@ impl ExportTlsFiles {
             ca: read(&self.ca, CA[1])?,
             client_cert: read(&self.client_cert, CLIENT_CERT[1])?,
             client_key: read(&self.client_key, CLIENT_KEY[1])?,
+            system_roots: None,
         })
     }
 
@@ -87,6 +94,9 @@ pub(super) struct TlsContents {
     ca: Option<Vec<u8>>,
     client_cert: Option<Vec<u8>>,
     client_key: Option<Vec<u8>>,
+    /// The system's roots, read when no CA is named (`None`: not read),
+    /// or why they could not be.
+    system_roots: Option<Result<Arc<SystemRoots>, String>>,
 }
 
 /// SHA-256 over the files' contents (each length-prefixed, absent ones
@@ -95,9 +105,26 @@ pub(super) struct TlsContents {
 pub(super) struct TlsFingerprint([u8; 32]);
 
 impl TlsContents {
-    /// What tells these contents from any other.
+    /// Whether the system's roots are wanted with these files: no CA is
+    /// named.
+    pub(super) fn wants_system_roots(&self) -> bool {
+        self.ca.is_none()
+    }
+
+    /// These contents with the system's roots as read (or why not).
+    pub(super) fn with_system_roots(mut self, roots: Result<Arc<SystemRoots>, String>) -> Self {
+        self.system_roots = Some(roots);
+        self
+    }
+
+    /// What tells these contents from any other (the system's roots
+    /// included: roots read after a failed read rebuild the exporter).
     pub(super) fn fingerprint(&self) -> TlsFingerprint {
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+        let roots = match &self.system_roots {
+            Some(Ok(roots)) => Some(&roots.pem),
+            _ => None,
+        };
         for file in [&self.ca, &self.client_cert, &self.client_key] {
             match file {
                 Some(bytes) => {
@@ -107,6 +134,15 @@ impl TlsContents {
                 }
                 None => digest.update(&[0]),
             }
+        }
+        match (&self.system_roots, roots) {
+            (_, Some(pem)) => {
+                digest.update(&[2]);
+                digest.update(&(pem.len() as u64).to_be_bytes());
+                digest.update(pem);
+            }
+            (Some(Err(_)), None) => digest.update(&[3]),
+            _ => {}
         }
         let mut out = [0; 32];
         out.copy_from_slice(digest.finish().as_ref());
@@ -164,7 +200,11 @@ impl TlsContents {
                 ))
             }
         };
-        Ok(ExportTls { ca, identity })
+        Ok(ExportTls {
+            ca,
+            identity,
+            system_roots: self.system_roots,
+        })
     }
 }
 
@@ -176,6 +216,8 @@ fn read_pem(path: &Path, variable: &str) -> Result<Vec<u8>, String> {
 pub(super) struct ExportTls {
     ca: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// Without a CA: the system's roots as read, or why not.
+    system_roots: Option<Result<Arc<SystemRoots>, String>>,
 }
 
 impl ExportTls {
@@ -200,18 +242,25 @@ impl ExportTls {
             .map_err(|e| format!("cannot build the HTTP client: {e}"))
     }
 
-    /// `builder` trusting only the CA (when one is given) and presenting
-    /// the client identity (when one is given).
+    /// `builder` trusting only the CA (when one is given), else only the
+    /// system's roots as read (none: an error saying to give the CA), and
+    /// presenting the client identity (when one is given).
     fn reqwest(
         &self,
         mut builder: reqwest::ClientBuilder,
     ) -> Result<reqwest::ClientBuilder, String> {
-        if let Some(ca) = &self.ca {
+        let roots = match &self.ca {
             // Fixed words, as for every PEM error: never the file's text.
-            let roots = reqwest::Certificate::from_pem_bundle(ca)
-                .map_err(|_| format!("{}: the certificates cannot be loaded", CA[1]))?;
-            builder = builder.tls_certs_only(roots);
-        }
+            Some(ca) => reqwest::Certificate::from_pem_bundle(ca)
+                .map_err(|_| format!("{}: the certificates cannot be loaded", CA[1]))?,
+            None => self
+                .system_roots()?
+                .certificates
+                .iter()
+                .filter_map(|der| reqwest::Certificate::from_der(der).ok())
+                .collect(),
+        };
+        builder = builder.tls_certs_only(roots);
         if let Some((cert, key)) = &self.identity {
             let mut pem = cert.clone();
             pem.push(b'\n');
@@ -232,16 +281,47 @@ impl ExportTls {
     /// bounds a handshake only when told to, and while one is pending its
     /// channel never dials again: a collector that accepts TCP and then
     /// says nothing would otherwise fail every export for good.
+    /// The system's roots come as read with the files: none read, it
+    /// trusts nothing (the exporter is refused before, by
+    /// [`ExportTls::missing_roots`]).
     pub(super) fn tonic(&self, handshake: Duration) -> tonic::transport::ClientTlsConfig {
         use tonic::transport::{Certificate, ClientTlsConfig, Identity};
         let config = ClientTlsConfig::new().timeout(handshake);
-        let config = match &self.ca {
-            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-            None => config.with_native_roots(),
+        let config = match (&self.ca, self.system_roots()) {
+            (Some(ca), _) => config.ca_certificate(Certificate::from_pem(ca)),
+            (None, Ok(roots)) => config.ca_certificate(Certificate::from_pem(&roots.pem)),
+            (None, Err(_)) => config,
         };
         match &self.identity {
             Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
             None => config,
+        }
+    }
+}
+
+impl ExportTls {
+    /// Why a TLS client of this material would trust nothing: no CA is
+    /// given and no system root was found (or read in time). `None` when
+    /// it trusts some.
+    pub(super) fn missing_roots(&self) -> Option<String> {
+        match &self.ca {
+            Some(_) => None,
+            None => self.system_roots().err(),
+        }
+    }
+
+    /// The system's roots as read with the files, or why there are none
+    /// to trust (naming the variable to set instead).
+    fn system_roots(&self) -> Result<&SystemRoots, String> {
+        let give_ca = |why: &str| format!("{why}; give {}", CA[1]);
+        match &self.system_roots {
+            Some(Ok(roots)) if !roots.certificates.is_empty() => Ok(roots),
+            Some(Ok(_)) => Err(give_ca(
+                "no system CA certificates found (`SSL_CERT_FILE`, `SSL_CERT_DIR`, the \
+                 system's bundle)",
+            )),
+            Some(Err(why)) => Err(give_ca(why)),
+            None => Err(give_ca("the system's root certificates were not read")),
         }
     }
 }

@@ -16,6 +16,14 @@
 //! [`MAX_STUCK_READS`] reads have not returned (given up or still within
 //! their deadline), no other starts until one does: reads started side by
 //! side on a mount that hangs cannot pin more threads.
+//!
+//! Without `OTEL_EXPORTER_OTLP_CERTIFICATE`, the system's roots are read
+//! with the files ([`rewire_runtime::system_roots`]: off the async
+//! workers, one read shared by the process, within [`READ_DEADLINE`]
+//! here): an `https://` collector is then trusted through them, and a
+//! bundle that does not answer (`SSL_CERT_FILE` a FIFO, a hung mount)
+//! fails the exporter with an error instead of holding the apply, its
+//! lock, and start-up.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,8 +104,20 @@ impl TlsReads {
 
     /// The files' contents, waiting at most the deadline on this thread
     /// (an async worker too: the wait is bounded). No thread is started
-    /// when no file is named.
+    /// for the files when none is named. Without a CA, the system's roots
+    /// are waited for too, as long at most (a fresh read is taken as is).
     pub(super) fn read_blocking(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+        let contents = self.read_files_blocking(files)?;
+        if !contents.wants_system_roots() {
+            return Ok(contents);
+        }
+        let roots = rewire_runtime::system_roots::preload_blocking(self.deadline);
+        Ok(contents.with_system_roots(roots.map_err(|e| e.to_string())))
+    }
+
+    /// The files' contents alone, as [`TlsReads::read_blocking`] waits
+    /// for them.
+    fn read_files_blocking(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
         if *files == ExportTlsFiles::default() {
             return (self.read)(files);
         }
@@ -113,8 +133,18 @@ impl TlsReads {
     }
 
     /// The files' contents, waiting at most the deadline without holding
-    /// the async worker.
+    /// the async worker (and, without a CA, the system's roots as well).
     pub(super) async fn read(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+        let contents = self.read_files(files).await?;
+        if !contents.wants_system_roots() {
+            return Ok(contents);
+        }
+        let roots = rewire_runtime::system_roots::preload_within(self.deadline).await;
+        Ok(contents.with_system_roots(roots.map_err(|e| e.to_string())))
+    }
+
+    /// The files' contents alone, as [`TlsReads::read`] waits for them.
+    async fn read_files(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
         if *files == ExportTlsFiles::default() {
             return (self.read)(files);
         }
