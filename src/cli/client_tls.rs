@@ -46,15 +46,40 @@ impl ClientTlsArgs {
     /// the CA holds certificates, the client certificate and key parse and
     /// make an identity (a key that does not match its certificate is
     /// refused here, not at the handshake). Errors name the flags.
-    fn material(&self) -> Result<(ClientTls, rustls::ClientConfig), String> {
-        let material = self.fields().load().map_err(|e| with_flags(&e))?;
-        let config = material.rustls_config().map_err(|e| with_flags(&e))?;
-        Ok((material, config))
+    ///
+    /// Read on a thread of its own and waited for at most
+    /// [`CONNECT_TIMEOUT`](super::remote::CONNECT_TIMEOUT), as the
+    /// connection is: a flag naming a file on a hung mount, or (without
+    /// `--tls-ca`) a system bundle that does not answer (`SSL_CERT_FILE`
+    /// a FIFO), fails the command instead of holding it. The thread left
+    /// behind ends with the process.
+    fn material(&self) -> Result<Material, String> {
+        let fields = self.fields();
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("rewire-cli-tls-read".into())
+            .spawn(move || {
+                let _ = answer.send(Material::read(&fields));
+            })
+            .map_err(|e| format!("cannot start the TLS files' reading thread: {e}"))?;
+        let within = super::remote::CONNECT_TIMEOUT;
+        match answered.recv_timeout(within) {
+            Ok(material) => material,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
+                "the TLS material (the files of --tls-ca, --tls-cert and --tls-key, else the \
+                 system's root certificates: `SSL_CERT_FILE`, `SSL_CERT_DIR`) was not read \
+                 within {}s (a hung mount?)",
+                within.as_secs()
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err("the TLS files' reading thread ended without an answer".into())
+            }
+        }
     }
 
     /// The rustls configuration for an HTTPS client (ring provider).
     pub fn rustls(&self) -> Result<rustls::ClientConfig, String> {
-        self.material().map(|(_, config)| config)
+        self.material().map(|material| material.rustls)
     }
 
     /// The tonic TLS configuration for a gRPC client, if TLS is asked for:
@@ -65,21 +90,48 @@ impl ClientTlsArgs {
         if self.scheme() == "http" {
             return Ok(None);
         }
-        let (material, _) = self.material()?;
+        let material = self.material()?;
         // tonic bounds the TLS handshake only when told to: a peer that
         // accepts TCP and then says nothing (a stopped sidecar, a dead
         // port-forward) would hold the handshake, and `apply`, for ever.
         // Set here, it also bounds the handshake of a reconnection.
         let mut config = ClientTlsConfig::new().timeout(super::remote::CONNECT_TIMEOUT);
-        config = match material.ca_pem {
-            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
-            // The system's roots (tonic's `tls-native-roots`).
-            None => config.with_native_roots(),
-        };
-        if let Some((cert, key)) = material.identity {
+        // The CA, else the system's roots as read with the files: never
+        // tonic's own native roots, read without a bound where the
+        // endpoint is configured.
+        config = config.ca_certificate(Certificate::from_pem(material.roots_pem));
+        if let Some((cert, key)) = material.tls.identity {
             config = config.identity(Identity::from_pem(cert, key));
         }
         Ok(Some(config))
+    }
+}
+
+/// The TLS material of the flags, read and checked.
+struct Material {
+    tls: ClientTls,
+    /// The rustls configuration of it.
+    rustls: rustls::ClientConfig,
+    /// The roots trusted, as PEM: `--tls-ca`'s, else the system's.
+    roots_pem: Vec<u8>,
+}
+
+impl Material {
+    /// Reads `fields` and (without a CA) the system's roots, blocking.
+    fn read(fields: &ClientTlsFields) -> Result<Self, String> {
+        let tls = fields.load().map_err(|e| with_flags(&e))?;
+        // Without a CA this reads the system's roots (on this thread) and
+        // refuses none found.
+        let rustls = tls.rustls_config().map_err(|e| with_flags(&e))?;
+        let roots_pem = match &tls.ca_pem {
+            Some(ca) => ca.clone(),
+            None => rewire_components::tls::system_roots::now().pem.clone(),
+        };
+        Ok(Self {
+            tls,
+            rustls,
+            roots_pem,
+        })
     }
 }
 

@@ -682,3 +682,52 @@ fn unusable_client_tls_flags_are_refused_naming_them_by_apply_and_status() {
         }
     }
 }
+
+/// `apply` and `status` with a client certificate but no `--tls-ca`
+/// trust the system's roots; with `SSL_CERT_FILE` a FIFO nobody writes
+/// (a bundle on a hung mount) both give up within the connect bound,
+/// saying what was not read, and with no bundle at all both say to give
+/// `--tls-ca`. Nothing listens at the address: the material is read
+/// before connecting. Before: the roots were read without a bound
+/// (`status` past its 5 s promise, `apply` in tonic's native roots).
+#[test]
+fn apply_and_status_without_tls_ca_read_the_system_roots_within_the_connect_bound() {
+    let ca = TestCa::new("cli-hung-roots");
+    let client = ca.client("admin");
+    let fifo = ca.dir().join("bundle-fifo.pem");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    let unused = format!("127.0.0.1:{}", free_port());
+    let identity = [
+        "--tls-cert",
+        path(&client.cert_path),
+        "--tls-key",
+        path(&client.key_path),
+    ];
+    let cases = [
+        (path(&fifo), "not read within 5s"),
+        ("/nonexistent/ca.pem", "set --tls-ca"),
+    ];
+    for (bundle, said) in cases {
+        let mut apply = vec!["apply", "--kind", "state", "--name", "orders"];
+        apply.extend(["-m", "a=1", "--addr", &unused]);
+        apply.extend(identity);
+        let mut status = vec!["status", "--http-addr", &unused];
+        status.extend(identity);
+        for args in [apply, status] {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+            command
+                .args(&args)
+                .env("SSL_CERT_FILE", bundle)
+                .env("SSL_CERT_DIR", "/nonexistent")
+                .env_remove("DAPR_API_TOKEN")
+                .env_remove("REWIRE_ADMIN_TOKEN");
+            let out = testkit::output_within(&mut command, Duration::from_secs(60))
+                .unwrap_or_else(|err| panic!("{args:?} with {bundle}: hangs: {err}"));
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+            assert!(stderr.contains(said), "{args:?} with {bundle}: {stderr}");
+            assert!(!stderr.contains("cannot reach"), "{args:?}: {stderr}");
+        }
+    }
+}
