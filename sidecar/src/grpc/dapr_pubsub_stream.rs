@@ -9,7 +9,11 @@
 //! At most one event per CloudEvent id is out with the client at a time
 //! (see [`outstanding`]): answers name events by id alone, and publishers
 //! reuse ids, so a second event with the id of one out is held, before
-//! it is written, until the first is answered or given up on.
+//! it is written, until the first is answered. One given up on (below)
+//! still holds its id, and counts as out, until the client's late answer
+//! to it (ignored) or for the stall limit, so that answer cannot settle
+//! the next event with its id (its retry), and a serial client still
+//! busy with it is not charged for the next one meanwhile.
 //!
 //! Slowness fails events, not the stream, as in daprd: an inbound
 //! resiliency policy's `timeout` fails the one event not answered within
@@ -42,7 +46,7 @@ use crate::dapr::{
     TopicEvent,
 };
 use crate::ApiState;
-use outstanding::{Held, Outstanding};
+use outstanding::{Held, Matched, Outstanding};
 use topic_claims::TopicClaims;
 
 mod outstanding;
@@ -303,7 +307,8 @@ impl Progress {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The client answered (any event, a late answer too: it is alive).
+    /// The client answered an event it had (a late answer too: it is
+    /// alive); not one for an id it never had out.
     fn made(&self) {
         let mut answered = self.answered();
         answered.last = Instant::now();
@@ -482,20 +487,27 @@ impl StreamSink {
         }
     }
 
-    /// The client's answer to event `id`. One for no event out (answered
-    /// after its timeout gave it up, or never sent) is ignored, though it
-    /// still shows the client alive.
+    /// The client's answer to event `id`. A late one, to an event given
+    /// up on, is ignored, though it shows the client alive; one for no
+    /// event out (never sent, answered already) is ignored and is no
+    /// progress, so a client answering made-up ids is still cut.
     fn answer(&self, id: &str, outcome: DeliveryOutcome) {
-        self.progress.made();
-        if !self.outstanding.answer(id, outcome) {
-            tracing::debug!(
-                id = %crate::dapr::logged(id),
-                subscription = %crate::dapr::logged(&self.subscription),
-                ?outcome,
-                "A streamed subscriber answered an event that is not out with it (answered \
-                 after its timeout, or never sent): the answer is ignored."
-            );
-        }
+        let answered = self
+            .outstanding
+            .answer(id, outcome, || self.progress.made());
+        let ignored = match answered {
+            Matched::Settled => return,
+            Matched::Late => "answered after its timeout gave it up",
+            Matched::Unknown => "never sent, answered already, or answered past its grace",
+        };
+        tracing::debug!(
+            id = %crate::dapr::logged(id),
+            subscription = %crate::dapr::logged(&self.subscription),
+            ?outcome,
+            why = ignored,
+            "A streamed subscriber answered an event that is not out with it: the answer \
+             is ignored."
+        );
     }
 
     /// Writes `message` (event `id`) to the client once no other event
@@ -513,8 +525,8 @@ impl StreamSink {
     }
 }
 
-/// The answer already given, if any, to an event being given up on; an
-/// answer after this is ignored.
+/// The answer already given, if any, to an event whose stream is ending;
+/// an answer after this is ignored.
 fn given_up(
     held: &Held<'_>,
     answer: &mut oneshot::Receiver<DeliveryOutcome>,
@@ -527,7 +539,8 @@ fn given_up(
 impl EventSink for StreamSink {
     /// Bounded by the client's progress ([`CLIENT_WITHIN`], or an inbound
     /// policy's `within` when longer), and by `within` from when the
-    /// event is the oldest the client has out.
+    /// event is the oldest the client has out (an event given up on, not
+    /// yet answered late, counting as out for up to that limit).
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         if let Some(outcome) = event.unreadable_over_grpc() {
             return outcome;
@@ -591,7 +604,11 @@ impl EventSink for StreamSink {
                 })
             }
             () = timed_out => {
-                given_up(&held, &mut answer).unwrap_or_else(|| {
+                // Still with the client: its late answer must not settle
+                // the next event with its id, nor the next event's time
+                // start while the client is still on this one.
+                held.give_up(limit);
+                answer.try_recv().ok().unwrap_or_else(|| {
                     // That event alone fails (retried); the stream goes on.
                     self.progress.missed(sent_at);
                     tracing::debug!(

@@ -5,36 +5,58 @@
 //! ids (their own events, a broker's redelivery). So a stream has at most
 //! one event per id out at a time: the next one with that id is held
 //! ([`Outstanding::hold`]) before it is written to the client until the
-//! first is answered or given up on. Two events with one id out at once
-//! could not be told apart: the client answering the later SUCCESS and
-//! the earlier RETRY would acknowledge the failed one (lost) and
-//! redeliver the other.
+//! first is answered. Two events with one id out at once could not be
+//! told apart: the client answering the later SUCCESS and the earlier
+//! RETRY would acknowledge the failed one (lost) and redeliver the other.
+//!
+//! An event given up on (its inbound policy's timeout,
+//! [`Held::give_up`]) is still with the client, which answers it late:
+//! it leaves a marker that keeps its id taken, and keeps it among the
+//! events out, until that late answer comes (taken and ignored), its
+//! grace passes, or the stream ends. Otherwise the late answer would
+//! settle the next event with its id (its retry), acknowledging it before
+//! the client saw it. At most [`MAX_GIVEN_UP`] markers are kept.
 //!
 //! It also keeps the order events were written in, so an event's own time
 //! can start when every event written before it is settled
 //! ([`Held::oldest`]): what a client handling events one at a time, in
 //! order, as the Dapr SDKs do, starts on next.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use rewire_runtime::DeliveryOutcome;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+/// Most events given up on whose late answer a stream still waits for
+/// (their markers): past it the oldest marker is dropped (its id free at
+/// once), so a client answering nothing late cannot grow them. Many
+/// times the engine's in-flight events per subscription (32).
+pub(super) const MAX_GIVEN_UP: usize = 256;
 
 /// The events out on one stream, by id.
 pub(super) struct Outstanding {
     events: Mutex<Events>,
-    /// Told each time an event leaves (answered or given up on): the
-    /// events holding its id or written after it look again.
+    /// Told each time an event leaves (answered, given up on, its marker
+    /// gone): the events holding its id or written after it look again.
     left: watch::Sender<()>,
 }
 
 #[derive(Default)]
 struct Events {
-    /// At most one event per id: held (not yet written) or written.
+    /// At most one event per id: held (not yet written), written, or
+    /// given up on and not yet answered.
     by_id: HashMap<String, Entry>,
-    /// The written events not yet settled, by the order they were written.
+    /// The events out with the client, by the order they were written:
+    /// written and not settled, or given up on and not yet answered.
     written: BTreeSet<u64>,
+    /// The events given up on and not yet answered, by when their grace
+    /// ends (then their order).
+    given_up_until: BTreeSet<(Instant, u64)>,
+    /// The same, by their order, with their id.
+    given_up: BTreeMap<u64, String>,
     /// Tells one holder from a later one of the same id.
     next_ticket: u64,
     /// The next order number to write.
@@ -43,8 +65,32 @@ struct Events {
 
 struct Entry {
     ticket: u64,
-    /// Once written: its order number and where its answer goes.
-    written: Option<(u64, oneshot::Sender<DeliveryOutcome>)>,
+    state: State,
+}
+
+enum State {
+    /// Its id taken, not yet written.
+    Held,
+    /// Written: its order number and where its answer goes.
+    Written {
+        order: u64,
+        waiter: oneshot::Sender<DeliveryOutcome>,
+    },
+    /// Given up on with no answer yet: its order number and the end of
+    /// its grace.
+    GivenUp { order: u64, until: Instant },
+}
+
+/// What an answer was about.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Matched {
+    /// An event out: settled with it.
+    Settled,
+    /// An event given up on: the late answer is taken, and ignored.
+    Late,
+    /// No event out (never sent, answered already, its grace passed, or
+    /// one held has not reached the client): ignored.
+    Unknown,
 }
 
 impl Default for Outstanding {
@@ -56,27 +102,75 @@ impl Default for Outstanding {
     }
 }
 
-impl Outstanding {
-    fn events(&self) -> MutexGuard<'_, Events> {
-        self.events
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+impl Events {
+    /// Forgets the marker of the event given up on written `order`: its
+    /// id is free, and it is no longer out.
+    fn forget_given_up(&mut self, order: u64) {
+        let Some(id) = self.given_up.remove(&order) else {
+            return;
+        };
+        if let Some(Entry {
+            state: State::GivenUp { order: ours, until },
+            ..
+        }) = self.by_id.get(&id)
+        {
+            if *ours == order {
+                self.given_up_until.remove(&(*until, order));
+                self.by_id.remove(&id);
+            }
+        }
+        self.written.remove(&order);
     }
 
-    /// Takes `id` for one event, once no other event with it is out. Not
-    /// bounded here: its caller bounds the wait (the stream's end, the
-    /// client's progress). Given back when the [`Held`] is dropped.
+    /// Forgets the markers whose grace has passed; whether any was.
+    fn expire(&mut self, now: Instant) -> bool {
+        let mut expired = false;
+        while let Some(&(until, order)) = self.given_up_until.first() {
+            if until > now {
+                break;
+            }
+            self.given_up_until.remove(&(until, order));
+            self.forget_given_up(order);
+            expired = true;
+        }
+        expired
+    }
+
+    /// When the next marker's grace ends, if any is kept.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.given_up_until.first().map(|(until, _)| *until)
+    }
+}
+
+impl Outstanding {
+    /// The events, with the markers whose grace has passed forgotten
+    /// (and those waiting on them told).
+    fn events(&self) -> MutexGuard<'_, Events> {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if events.expire(Instant::now()) {
+            self.left.send_replace(());
+        }
+        events
+    }
+
+    /// Takes `id` for one event, once no other event with it is out (nor
+    /// given up on and unanswered, within its grace). Not bounded here
+    /// beyond that grace: its caller bounds the wait (the stream's end,
+    /// the client's progress). Given back when the [`Held`] is dropped.
     pub(super) async fn hold(&self, id: &str) -> Held<'_> {
         let mut left = self.left.subscribe();
         loop {
-            {
+            let next_expiry = {
                 let mut events = self.events();
                 if !events.by_id.contains_key(id) {
                     let ticket = events.next_ticket;
                     events.next_ticket += 1;
                     let entry = Entry {
                         ticket,
-                        written: None,
+                        state: State::Held,
                     };
                     events.by_id.insert(id.to_owned(), entry);
                     return Held {
@@ -85,30 +179,33 @@ impl Outstanding {
                         ticket,
                     };
                 }
-            }
-            // The sender lives as long as `self`: it cannot be dropped.
-            let _ = left.changed().await;
+                events.next_expiry()
+            };
+            changed_or_expired(&mut left, next_expiry).await;
         }
     }
 
-    /// Settles the written event `id` with `outcome`; false when no
-    /// written event has that id (answered late, after it was given up
-    /// on; one held has not reached the client, so that answer is about
-    /// an earlier event).
-    pub(super) fn answer(&self, id: &str, outcome: DeliveryOutcome) -> bool {
+    /// Settles the written event `id` with `outcome`, or takes the late
+    /// answer to one given up on; `counted` is called first when it was
+    /// either (the client answered an event it had), so the client's
+    /// progress is seen before the event settles.
+    pub(super) fn answer(
+        &self,
+        id: &str,
+        outcome: DeliveryOutcome,
+        counted: impl FnOnce(),
+    ) -> Matched {
         let mut events = self.events();
-        let written = matches!(
-            events.by_id.get(id),
-            Some(Entry {
-                written: Some(_),
-                ..
-            })
-        );
-        if !written {
-            return false;
-        }
-        if let Some(Entry {
-            written: Some((order, waiter)),
+        let (matched, late) = match events.by_id.get(id).map(|entry| &entry.state) {
+            Some(State::Written { .. }) => (Matched::Settled, None),
+            Some(State::GivenUp { order, .. }) => (Matched::Late, Some(*order)),
+            Some(State::Held) | None => return Matched::Unknown,
+        };
+        counted();
+        if let Some(order) = late {
+            events.forget_given_up(order);
+        } else if let Some(Entry {
+            state: State::Written { order, waiter },
             ..
         }) = events.by_id.remove(id)
         {
@@ -117,7 +214,24 @@ impl Outstanding {
         }
         drop(events);
         self.left.send_replace(());
-        true
+        matched
+    }
+}
+
+/// Resolves once an event leaves, or at `deadline` (a marker's grace
+/// ending) when there is one.
+async fn changed_or_expired(left: &mut watch::Receiver<()>, deadline: Option<Instant>) {
+    let expired = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        // The sender lives as long as the `Outstanding`: it cannot be
+        // dropped while this waits.
+        _ = left.changed() => {}
+        () = expired => {}
     }
 }
 
@@ -138,51 +252,93 @@ impl Held<'_> {
         let mut events = self.outstanding.events();
         let order = events.next_order;
         events.next_order += 1;
+        let mut written = false;
         if let Some(entry) = events.by_id.get_mut(&self.id) {
-            if entry.ticket == self.ticket {
-                entry.written = Some((order, waiter));
-                events.written.insert(order);
+            if entry.ticket == self.ticket && matches!(entry.state, State::Held) {
+                entry.state = State::Written { order, waiter };
+                written = true;
             }
+        }
+        if written {
+            events.written.insert(order);
         }
         write();
         answer
     }
 
-    /// Resolves once every event written before this one is settled (at
-    /// once when this one is settled, or not written).
+    /// Resolves once every event written before this one is settled, or
+    /// given up on and answered late (or past its grace): at once when
+    /// this one is settled, or not written.
     pub(super) async fn oldest(&self) {
         let mut left = self.outstanding.left.subscribe();
         loop {
-            {
+            let next_expiry = {
                 let events = self.outstanding.events();
                 let order = match events.by_id.get(&self.id) {
                     Some(Entry {
                         ticket,
-                        written: Some((order, _)),
+                        state: State::Written { order, .. },
                     }) if *ticket == self.ticket => *order,
                     _ => return,
                 };
                 if events.written.first() == Some(&order) {
                     return;
                 }
-            }
-            let _ = left.changed().await;
+                events.next_expiry()
+            };
+            changed_or_expired(&mut left, next_expiry).await;
         }
     }
 
+    /// Gives the event up unanswered: its answer is no longer waited on,
+    /// but its id stays taken, and it stays out, until the client's late
+    /// answer to it (then taken and ignored) or for `grace`. Does nothing
+    /// once it was answered; gives the id back at once if never written.
+    pub(super) fn give_up(&self, grace: Duration) {
+        let mut events = self.outstanding.events();
+        let now = Instant::now();
+        let until = now.checked_add(grace).unwrap_or(now);
+        let order = match events.by_id.get_mut(&self.id) {
+            Some(entry) if entry.ticket == self.ticket => match entry.state {
+                State::Written { order, .. } => {
+                    // The answer's waiter is dropped with its state.
+                    entry.state = State::GivenUp { order, until };
+                    order
+                }
+                State::GivenUp { .. } => return,
+                State::Held => {
+                    drop(events);
+                    self.release();
+                    return;
+                }
+            },
+            _ => return,
+        };
+        events.given_up_until.insert((until, order));
+        events.given_up.insert(order, self.id.clone());
+        while events.given_up.len() > MAX_GIVEN_UP {
+            let Some((&oldest, _)) = events.given_up.first_key_value() else {
+                break;
+            };
+            events.forget_given_up(oldest);
+        }
+        drop(events);
+        self.outstanding.left.send_replace(());
+    }
+
     /// Gives the id back: the event is no longer waited on, and an answer
-    /// to it is ignored. Does nothing once it was answered.
+    /// to it is ignored. Does nothing once it was answered, or given up
+    /// on (its marker stays).
     pub(super) fn release(&self) {
         let mut events = self.outstanding.events();
-        let ours = events
-            .by_id
-            .get(&self.id)
-            .is_some_and(|entry| entry.ticket == self.ticket);
+        let ours = events.by_id.get(&self.id).is_some_and(|entry| {
+            entry.ticket == self.ticket && !matches!(entry.state, State::GivenUp { .. })
+        });
         if !ours {
             return;
         }
         if let Some(Entry {
-            written: Some((order, _)),
+            state: State::Written { order, .. },
             ..
         }) = events.by_id.remove(&self.id)
         {

@@ -265,6 +265,121 @@ async fn a_second_event_with_the_id_of_one_out_is_held_until_the_first_is_answer
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_late_answer_to_an_event_given_up_on_does_not_settle_the_next_with_its_id() {
+    // Policy 5 s: o1 is given up on at 5 s, and its retry (same id) sent;
+    // the client answers the first at 8 s. That answer must not
+    // acknowledge the retry, which the client has not seen.
+    let (sink, mut outgoing) = stream(64);
+    let first = sent_within(&sink, "o1", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "o1");
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+    let second = sent_within(&sink, "o1", Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sink.answer("o1", DeliveryOutcome::Success);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !second.is_finished(),
+        "the late answer is the first's: the second is still waited on"
+    );
+    assert_eq!(
+        read(&mut outgoing).await,
+        "o1",
+        "the second, once the late answer came"
+    );
+    sink.answer("o1", DeliveryOutcome::Drop);
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Drop));
+    assert!(!sink.end.is_closed(), "the stream goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_event_given_up_on_and_never_answered_holds_its_id_no_longer_than_the_limit() {
+    // The client answers other events (it is alive) but never o1 again:
+    // the retry is written once o1's grace (the stall limit) has passed.
+    let (sink, mut outgoing) = stream(64);
+    let first = sent_within(&sink, "o1", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "o1");
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+    let given_up_at = Instant::now();
+    let second = sent_within(&sink, "o1", Duration::from_secs(5));
+    for n in 0.. {
+        let id = format!("p{n}");
+        let other = sent_within(&sink, &id, Duration::from_secs(5));
+        let next = read(&mut outgoing).await;
+        if next == "o1" {
+            break;
+        }
+        assert_eq!(next, id);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        sink.answer(&id, DeliveryOutcome::Success);
+        assert_eq!(bounded(other).await.ok(), Some(DeliveryOutcome::Success));
+    }
+    assert_eq!(given_up_at.elapsed(), CLIENT_WITHIN, "held for the limit");
+    sink.answer("o1", DeliveryOutcome::Success);
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed(), "the stream goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn given_up_events_kept_for_their_late_answer_are_bounded() {
+    let (sink, _outgoing) = stream(outstanding::MAX_GIVEN_UP + 1);
+    let held = sink.outstanding.hold("m0").await;
+    let _answer = held.write(|| {});
+    held.give_up(CLIENT_WITHIN);
+    for n in 1..=outstanding::MAX_GIVEN_UP {
+        let held = sink.outstanding.hold(&format!("m{n}")).await;
+        let _answer = held.write(|| {});
+        held.give_up(CLIENT_WITHIN);
+    }
+    // The oldest marker was dropped: its id is free at once.
+    let again = tokio::time::timeout(Duration::ZERO, sink.outstanding.hold("m0")).await;
+    assert!(again.is_ok(), "the oldest marker is dropped past the bound");
+    let latest = format!("m{}", outstanding::MAX_GIVEN_UP);
+    let still = tokio::time::timeout(Duration::ZERO, sink.outstanding.hold(&latest)).await;
+    assert!(still.is_err(), "the newest marker is kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_serial_client_late_on_an_event_given_up_on_is_not_charged_for_the_next_meanwhile() {
+    // Policy 5 s: the client takes 8 s on e1 (given up on at 5 s), then
+    // 3 s on e2. e2's time starts when the client is done with e1.
+    let (sink, mut outgoing) = stream(64);
+    let first = sent_within(&sink, "e1", Duration::from_secs(5));
+    let second = sent_within(&sink, "e2", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "e1");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(bounded(first).await.ok(), Some(DeliveryOutcome::Retry));
+    sink.answer("e1", DeliveryOutcome::Success);
+    assert_eq!(read(&mut outgoing).await, "e2");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sink.answer("e2", DeliveryOutcome::Success);
+    assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed(), "the stream goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_answering_only_ids_it_never_had_is_still_cut_at_the_limit() {
+    let (sink, mut outgoing) = stream(64);
+    let delivery = sent(&sink, "e1");
+    let start = Instant::now();
+    assert_eq!(read(&mut outgoing).await, "e1");
+    for n in 0..(CLIENT_WITHIN.as_secs() / 10 + 2) {
+        if delivery.is_finished() {
+            break;
+        }
+        sink.answer(&format!("bogus-{n}"), DeliveryOutcome::Success);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+    assert!(
+        delivery.is_finished(),
+        "answers to unknown ids are no progress"
+    );
+    assert_eq!(bounded(delivery).await.ok(), Some(DeliveryOutcome::Retry));
+    assert!(start.elapsed() <= CLIENT_WITHIN + Duration::from_secs(10));
+    let status = ending(&mut outgoing).await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_answered_event_is_settled_as_answered() {
     let (sink, mut outgoing) = stream(4);
     let delivery = sent(&sink, "e1");
