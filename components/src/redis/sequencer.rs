@@ -68,7 +68,9 @@ const MAX_ATTEMPTS: usize = 16;
 ///
 /// A counter holding a double (`1e+17`: an early script wrote lifts past
 /// about 1e14 that way, and `INCRBY` refuses it for ever) is first set to
-/// the integer [`lifted_double`] says, in either key; a counter (`KEYS[1]`)
+/// the integer [`lifted_double`] says, in either key; digits past `i64`
+/// are no integer (`INCRBY` refuses them: an old key holding them is
+/// ignored, as on a Redis Cluster); a counter (`KEYS[1]`)
 /// that is no number at all is refused, saying what to do — by
 /// `redis.error_reply` from the main chunk: before Redis 7.0 an `error()`
 /// raised with a table in a function failed in the error handler, losing
@@ -109,9 +111,18 @@ local function lifted(text)
   end
   return string.format("%.0f", value)
 end
+-- Whether `digits` (a sign apart) fit a 64-bit integer, as INCRBY needs.
+local function fits(digits, negative)
+  digits = string.gsub(digits, "^0+(%d)", "%1")
+  return not below(negative and "9223372036854775808" or "9223372036854775807", digits)
+end
 -- The counter as an integer string, or nil and why not.
 local function integer(key, value)
-  if not value or string.match(value, "^%-?%d+$") then
+  if not value then
+    return value
+  end
+  local sign, digits = string.match(value, "^(%-?)(%d+)$")
+  if digits and fits(digits, sign == "-") then
     return value
   end
   local lift = lifted(value)

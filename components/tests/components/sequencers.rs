@@ -703,3 +703,40 @@ async fn redis_ids_past_the_end_are_exhausted() {
         Err(SequencerError::Exhausted("full".into()))
     );
 }
+
+/// An earlier-layout key holding digits past `i64` (`99999999999999999999`)
+/// is no counter: taken as absent (with a warning), so the counter is not
+/// set to it and ids are served, for rewire as for Layotto's `INCRBY`
+/// (before: it became the floor, the counter was SET to it and every
+/// later request failed "value is not an integer or out of range"). A
+/// counter holding such digits is refused, saying what to do.
+#[tokio::test]
+async fn redis_an_earlier_layout_key_past_i64_is_no_counter() {
+    let server = RedisServer::start().await;
+    let past = "99999999999999999999";
+    server
+        .query(&["SET", "sequencer|||orders", past])
+        .await
+        .unwrap();
+    // 19 digits, just past `i64::MAX`.
+    server
+        .query(&["SET", "sequencer|||invoices", "9223372036854775808"])
+        .await
+        .unwrap();
+    let metadata = json!({"redisHost": server.addr()});
+    let ids = sequencer("redis", metadata).await;
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(1));
+    assert_eq!(ids.get_next_id(strong("orders")).await, Ok(2));
+    assert_eq!(ids.get_next_id(strong("invoices")).await, Ok(1));
+    let counter = server.query(&["GET", "sequencer|||test||orders"]).await;
+    assert_eq!(counter.unwrap(), ["2"]);
+    server
+        .query(&["SET", "sequencer|||test||huge", past])
+        .await
+        .unwrap();
+    let refused = ids.get_next_id(strong("huge")).await;
+    assert!(
+        matches!(&refused, Err(SequencerError::Backend(m)) if m.contains("not an integer below 2^63")),
+        "{refused:?}"
+    );
+}
