@@ -90,8 +90,8 @@ pub use metadata::{Metadata, MetadataError, NoMetadata};
 pub use redact::{is_secret_field, redact_panics, without_credentials, RedactingWriter};
 #[doc(inline)]
 pub use registry::{
-    Buildable, CheckRefs, ComponentDescriptor, InPlaceHook, Inject, InjectError, InjectField,
-    RefRefused, Registry, ValidateMetadata,
+    Buildable, CheckRefs, ComponentDescriptor, DeclaredDescriptor, InPlaceHook, Inject,
+    InjectError, InjectField, RefRefused, Registry, ValidateMetadata,
 };
 #[doc(inline)]
 pub use reload::{Action, Actions, Outcome, ReloadError, ReloadRecord, ReloadRequest, Trigger};
