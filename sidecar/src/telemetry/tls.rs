@@ -209,7 +209,20 @@ impl TlsContents {
 }
 
 fn read_pem(path: &Path, variable: &str) -> Result<Vec<u8>, String> {
+    if holds_no_path(path) {
+        return Err(format!(
+            "{variable}: must name a PEM file, not hold the PEM itself (its value is not shown)"
+        ));
+    }
     rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|e| format!("{variable}: {e}"))
+}
+
+/// Whether a variable meant to name a file holds something else: the PEM
+/// itself (a key given with `valueFrom.secretKeyRef`), which must never
+/// be quoted in an error or a log.
+pub(super) fn holds_no_path(path: &Path) -> bool {
+    let text = path.as_os_str().as_encoded_bytes();
+    text.len() > 4096 || text.contains(&b'\n') || text.windows(10).any(|w| w == b"-----BEGIN")
 }
 
 /// The TLS material read and checked.
@@ -363,6 +376,27 @@ pub(super) mod tests {
             export_timeout: Duration::from_secs(10),
             tls,
         }
+    }
+
+    /// A key given as the variable's value (Kubernetes `secretKeyRef`)
+    /// instead of a path: refused without quoting it. Failed before: the
+    /// read error quoted the "path", the whole key, in the log.
+    #[test]
+    fn a_pem_given_instead_of_a_path_is_refused_unquoted() {
+        let ca = TestCa::new("export-ca");
+        let client = ca.client("client");
+        let key = std::fs::read_to_string(&client.key_path).unwrap();
+        let files = ExportTlsFiles {
+            client_cert: Some(client.cert_path.clone()),
+            client_key: Some(PathBuf::from(key.trim())),
+            ..ExportTlsFiles::default()
+        };
+        let err = files.read().err().expect("refused");
+        let body = key.lines().nth(1).expect("a body line");
+        assert!(!err.contains(body), "{err}");
+        assert!(err.contains("must name a PEM file"), "{err}");
+        let shown = crate::telemetry::tls_reads::shown(&files);
+        assert!(!shown.contains(body), "{shown}");
     }
 
     fn trusting(ca: &TestCa) -> ExportTlsFiles {

@@ -254,7 +254,7 @@ fn ended_unanswered(files: &ExportTlsFiles) -> String {
 }
 
 /// The variables and files `files` name, for messages (never contents).
-fn shown(files: &ExportTlsFiles) -> String {
+pub(super) fn shown(files: &ExportTlsFiles) -> String {
     let named = [
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", &files.ca),
         ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &files.client_cert),
@@ -264,7 +264,10 @@ fn shown(files: &ExportTlsFiles) -> String {
         .iter()
         .filter_map(|(variable, path)| {
             path.as_ref()
-                .map(|path| format!("{variable} ({})", path.display()))
+                .map(|path| match super::tls::holds_no_path(path) {
+                    true => format!("{variable} (not a file path; not shown)"),
+                    false => format!("{variable} ({})", path.display()),
+                })
         })
         .collect::<Vec<_>>()
         .join(", ")
