@@ -57,14 +57,12 @@
 //!   progress request on the stream); with no response within
 //!   `dialTimeout` + [`ANSWER_MARGIN`] the watch counts as failed
 //!   (reported to readiness) and resumes on the next member, as after a
-//!   dropped stream. That holds for a member that has answered a
-//!   progress request before; one that never has (etcd's gRPC proxy and
-//!   etcd before 3.4 ignore the request) is given etcd's own progress
-//!   notification period instead ([`PROGRESS_NOTIFY_PERIOD`], asked for
-//!   with `progress_notify`), so a quiet cluster behind a proxy is not
-//!   left every half minute. The watch starts at `last_seen` itself, not
-//!   `last_seen + 1`, so that etcd 3.6.2+ answers on a quiet cluster
-//!   (see `follow`). The answer's revision is not taken as progress (see
+//!   dropped stream. etcd's own progress notifications (asked for with
+//!   `progress_notify`) come every 10 minutes only, by default. The watch
+//!   starts at `last_seen` itself, not `last_seen + 1`, so that etcd
+//!   3.6.2+ answers on a quiet cluster (see `follow`); etcd's gRPC proxy
+//!   and etcd before 3.4 ignore the request, so behind them a quiet watch
+//!   is left at each check (Known limits). The answer's revision is not taken as progress (see
 //!   [`WatchStream::request_progress`](rewire_etcd::WatchStream::request_progress)).
 //!   A member that still answers but has stopped applying is not found
 //!   out this way.
@@ -82,7 +80,7 @@
 //! The task ends when its token is cancelled: the last store sharing it
 //! closed, or the shutdown of the runtimes of all of them.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,10 +104,6 @@ mod fragments;
 /// progress: well under etcd's own progress notifications (every 10
 /// minutes by default), and one small request per watch and period.
 pub(crate) const PROGRESS_CHECK_AFTER: Duration = Duration::from_secs(30);
-/// etcd's own progress notification period (`--experimental-watch-progress-notify-interval`,
-/// 10 minutes by default): how long a member that ignores progress
-/// requests may stay silent.
-pub(crate) const PROGRESS_NOTIFY_PERIOD: Duration = Duration::from_secs(600);
 /// Added to `dialTimeout` for the answer to a progress request: etcd
 /// answers it from memory, but behind any responses queued before it.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(5);
@@ -122,24 +116,16 @@ const PROGRESS_WATCH_ID: i64 = -1;
 struct Watchdog {
     /// Silence after which the member is asked for its progress.
     quiet: Duration,
-    /// How long the member then has to send anything, once it has
-    /// answered a progress request before.
+    /// How long the member then has to send anything.
     answer_within: Duration,
-    /// The silence a member that never answered a progress request is
-    /// given: etcd's gRPC proxy and etcd before 3.4 ignore the request,
-    /// so only etcd's own progress notifications (every 10 min) are
-    /// waited for.
-    unproven: Duration,
 }
 
 impl Watchdog {
     /// The bounds for a client whose requests may take `dial`.
     fn for_dial_timeout(dial: Duration) -> Self {
-        let answer_within = dial.saturating_add(ANSWER_MARGIN);
         Self {
             quiet: PROGRESS_CHECK_AFTER,
-            answer_within,
-            unproven: PROGRESS_NOTIFY_PERIOD.saturating_add(answer_within),
+            answer_within: dial.saturating_add(ANSWER_MARGIN),
         }
     }
 }
@@ -176,10 +162,6 @@ pub(crate) struct Follower {
     unverified: bool,
     /// Finds out a stream that stays silent.
     watchdog: Watchdog,
-    /// The members that answered a progress request: held to the
-    /// watchdog's `answer_within`; the others (a gRPC proxy, etcd before
-    /// 3.4) to its `unproven` silence. At most one entry per member.
-    answer_progress: HashSet<String>,
 }
 
 /// Why following the watch stream stopped.
@@ -230,7 +212,6 @@ impl Follower {
             failing: None,
             unverified: false,
             watchdog,
-            answer_progress: HashSet::new(),
         }
     }
 
@@ -311,10 +292,7 @@ impl Follower {
         let mut delivered = false;
         loop {
             let due = match asked {
-                Some(at) if self.answer_progress.contains(&member) => {
-                    at + self.watchdog.answer_within
-                }
-                Some(at) => (at + self.watchdog.answer_within).max(heard + self.watchdog.unproven),
+                Some(at) => at + self.watchdog.answer_within,
                 None => heard + self.watchdog.quiet,
             };
             let wake = tokio::select! {
@@ -334,10 +312,7 @@ impl Follower {
                 Wake::Due => return self.silent(stream, &member, heard),
             };
             heard = Instant::now();
-            if asked.take().is_some() && !self.answer_progress.contains(&member) {
-                // Anything after the request shows the member answers it.
-                self.answer_progress.insert(member.clone());
-            }
+            asked = None;
             let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) => return Interrupt::Failed("the watch stream ended".into()),
@@ -400,9 +375,11 @@ impl Follower {
             }
             let before = self.last_seen;
             self.apply(&response);
-            // Only a response that moved the watch on resets the backoff:
-            // a resumed watch first gets the events at `last_seen` again.
-            if !delivered && self.last_seen > before {
+            // Only a response that moved the watch on, or the member's
+            // answer to a progress request, resets the backoff: a resumed
+            // watch first gets the events at `last_seen` again.
+            let answered = response.watch_id == PROGRESS_WATCH_ID && response.events.is_empty();
+            if !delivered && (self.last_seen > before || answered) {
                 delivered = true;
                 self.backoff.reset();
             }
@@ -414,16 +391,9 @@ impl Follower {
     fn silent(&self, stream: WatchStream, member: &str, heard: Instant) -> Interrupt {
         stream.abandon();
         let silent_ms = heard.elapsed().as_millis();
-        let answer = if self.answer_progress.contains(member) {
-            format!(
-                "nor answered a progress request within {:?}",
-                self.watchdog.answer_within
-            )
-        } else {
-            "nor answered a progress request, nor sent etcd's own progress notification".into()
-        };
         Interrupt::Failed(self.settings.scrub(&format!(
-            "etcd member {member} sent nothing on the watch for {silent_ms} ms, {answer}; watching on the next member"
+            "etcd member {member} sent nothing on the watch for {silent_ms} ms, nor answered a progress request within {:?}; watching on the next member",
+            self.watchdog.answer_within
         )))
     }
 
