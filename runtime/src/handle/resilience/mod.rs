@@ -445,15 +445,28 @@ impl Applied {
             },
             None => None,
         };
+        let call = caught(call());
         let outcome = match timeout {
-            Some(timeout) => tokio::time::timeout(timeout.policy, call())
+            Some(timeout) => tokio::time::timeout(timeout.policy, call)
                 .await
                 .map_err(|_| Refusal::TimedOut {
                     component: self.key.clone(),
                     policy: timeout.name.clone(),
                     after: timeout.policy,
                 }),
-            None => Ok(call().await),
+            None => Ok(call.await),
+        };
+        // A call that panicked is the component's failure (a component
+        // panicking on every call opens its breaker); the panic goes on.
+        let outcome = match outcome {
+            Ok(Err(panic)) => {
+                if let Some(in_flight) = in_flight {
+                    in_flight.finish(false);
+                }
+                std::panic::resume_unwind(panic);
+            }
+            Ok(Ok(answered)) => Ok(answered),
+            Err(refusal) => Err(refusal),
         };
         let failed = match &outcome {
             Ok(Ok(_)) => false,
@@ -475,6 +488,19 @@ impl Applied {
             Err(refusal) => Err((Guarded::Refused(refusal), true)),
         }
     }
+}
+
+/// `call`'s output, or the panic that unwound out of polling it.
+async fn caught<F: Future>(call: F) -> std::thread::Result<F::Output> {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(output)) => std::task::Poll::Ready(Ok(output)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    })
+    .await
 }
 
 /// Without a timeout policy, how long a component must have kept a call

@@ -840,3 +840,46 @@ async fn publishing_a_new_instance_closes_its_breaker_and_republishing_keeps_it(
     live.publish(generation(3, &fixed));
     assert_eq!(state(), Some(BreakerState::Closed), "a new instance");
 }
+
+/// A call that panics is the component's failure (a component panicking
+/// on every call opens its breaker), the panic going on to its caller;
+/// the calls a panic drops beside it (the other keys of a bulk get) are
+/// not. Failed before: a panic gave no verdict (the breaker never
+/// opened); with a first fix judging every call dropped while a thread
+/// panicked, one bulk request opened it.
+#[tokio::test(start_paused = true)]
+async fn a_call_that_panics_is_a_failure_and_the_calls_dropped_beside_it_are_not() {
+    let policies = breaker_alone("consecutiveFailures >= 3");
+    let applied = self::applied(&policies);
+    let status = || {
+        applied
+            .breaker_status()
+            .map(|s| (s.state, s.consecutive_failures))
+    };
+    let bulk = async {
+        let panicking = applied.run(Retries::Never, || async {
+            panic!("the component panics");
+            #[allow(unreachable_code)]
+            Ok::<u32, StateError>(0)
+        });
+        let waiting = || {
+            applied.run(
+                Retries::Never,
+                std::future::pending::<Result<u32, StateError>>,
+            )
+        };
+        tokio::join!(panicking, waiting(), waiting())
+    };
+    let unwound = caught(bulk).await;
+    assert!(unwound.is_err(), "the panic goes on to the caller");
+    assert_eq!(status(), Some((BreakerState::Closed, 1)));
+    for _ in 0..2 {
+        let call = applied.run(Retries::Never, || async {
+            panic!("the component panics");
+            #[allow(unreachable_code)]
+            Ok::<u32, StateError>(0)
+        });
+        assert!(caught(call).await.is_err());
+    }
+    assert_eq!(status().map(|s| s.0), Some(BreakerState::Open));
+}
