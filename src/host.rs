@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::task::{JoinError, JoinHandle};
@@ -31,6 +31,12 @@ pub(crate) const SPAN_FLUSH: Duration = Duration::from_secs(3);
 /// and close every component, the stores included (see
 /// [`Runtime::shutdown_by`]); `rewire run` uses it too.
 pub(crate) const CLOSE_BOUND: Duration = Duration::from_secs(60);
+/// How soon after the first stop signal another one is still the same
+/// stop request, not the user giving up on the shutdown: Ctrl-C reaches
+/// the whole process group while a launcher (honcho, a shell wrapper)
+/// sends SIGTERM too, or `kill -INT $p; kill -TERM $p`. Here and in
+/// `rewire run`.
+pub(crate) const SAME_STOP_WITHIN: Duration = Duration::from_millis(500);
 
 /// A [`Runtime`] started from a file and following it: every edit of the
 /// file is validated and applied as a reload, until [`Host::shutdown`].
@@ -111,6 +117,73 @@ impl Host {
         registry: Registry,
         options: RuntimeOptions,
     ) -> Result<Self, StartError> {
+        Self::start_with_until(path, registry, options, std::future::pending()).await
+    }
+
+    /// [`Host::start`], unless `stop` completes first (a stop signal
+    /// during a slow start, say): then the start is cut short, every
+    /// component it started is closed (users before the stores they use,
+    /// within [`Runtime::CANCELLED_START_UNWIND`] of the stop), and it
+    /// returns [`StartError::Cancelled`], which says whether every close
+    /// ran to its end (see [`Runtime::start_until`]). A stop that comes as
+    /// the start ends counts too: the runtime just started is shut down
+    /// within the same bound, and the start returns `Cancelled` all the
+    /// same.
+    ///
+    /// Without it, a host has no way to stop during a start whose `init`s
+    /// take long (a store dialling a server that does not answer, for up
+    /// to the init timeout): dropping the start's future leaves the
+    /// components already started unclosed, and SIGTERM's default action
+    /// ends the process with nothing closed.
+    ///
+    /// A signal listener of tokio's, once created, stands in for the
+    /// signal's default action for the rest of the process: keep the one
+    /// the start listened with and wait on it again, so a signal between
+    /// the start's end and the wait is not missed.
+    ///
+    /// ```no_run
+    /// use rewire::tokio::signal::unix::{signal, SignalKind};
+    /// use rewire::{Host, StartError};
+    /// use std::process::ExitCode;
+    ///
+    /// #[rewire::tokio::main(crate = "rewire::tokio")]
+    /// async fn main() -> ExitCode {
+    ///     rewire::init_logging();
+    ///     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM listened for");
+    ///     let stopped = async {
+    ///         terminate.recv().await;
+    ///     };
+    ///     let host = match Host::start_until("rewire.json", stopped).await {
+    ///         Ok(host) => host,
+    ///         // Stopped while starting, every close ended: a stop carried out.
+    ///         Err(StartError::Cancelled { abandoned: 0 }) => return ExitCode::SUCCESS,
+    ///         Err(error) => {
+    ///             eprintln!("error: {error}");
+    ///             return ExitCode::FAILURE;
+    ///         }
+    ///     };
+    ///     terminate.recv().await;
+    ///     match host.shutdown().await {
+    ///         0 => ExitCode::SUCCESS,
+    ///         _abandoned => ExitCode::FAILURE,
+    ///     }
+    /// }
+    /// ```
+    pub async fn start_until(
+        path: impl AsRef<Path>,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Self, StartError> {
+        Self::start_with_until(path, Registry::collected(), RuntimeOptions::default(), stop).await
+    }
+
+    /// [`Host::start_until`] with a registry and options of the caller's
+    /// choice.
+    pub async fn start_with_until(
+        path: impl AsRef<Path>,
+        registry: Registry,
+        options: RuntimeOptions,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Self, StartError> {
         // Clients that build a rustls configuration without naming a
         // provider (redis-rs, at every connect) find ring; without a
         // default, rustls panics when another dependency enables
@@ -118,7 +191,7 @@ impl Host {
         rewire_components::tls::install_ring_provider();
         let path = absolute(path.as_ref());
         let config = ValidConfig::from_path(&path, &registry).map_err(StartError::Invalid)?;
-        let runtime = Runtime::start(config, registry, options).await?;
+        let runtime = start_runtime_until(config, registry, options, stop).await?;
         let watch = runtime.watch_config_file(path, RESYNC);
         Ok(Self {
             #[cfg(feature = "sidecar")]
@@ -144,21 +217,33 @@ impl Host {
     }
 
     /// Waits for Ctrl-C (or SIGTERM on Unix), then shuts down (see
-    /// [`Host::shutdown`]): components close users first. A second signal
+    /// [`Host::shutdown`]): components close users first; returns how many
+    /// closes were abandoned, as `shutdown` does (exit non-zero then: what
+    /// they held may not have been released). A second signal within
+    /// 500 ms of the first (Ctrl-C reaching the whole process group while
+    /// a launcher sends SIGTERM too) is the same stop request. A later one
     /// during the shutdown (which may take a minute) is the user giving up
-    /// on it: this returns at once, saying so (the shutdown goes on in
-    /// its task while the tokio runtime lives).
-    pub async fn run_until_stopped(self) {
+    /// on it: this returns at once, saying so, and counts the shutdown
+    /// left undone as one abandoned close (it goes on in its task while
+    /// the tokio runtime lives).
+    pub async fn run_until_stopped(self) -> usize {
         let mut stop = StopSignals::listen();
         stop.wait().await;
         tracing::info!("Stopping (a second signal stops waiting for the shutdown).");
+        // Started before the race, and polled first in it: a second signal
+        // already waiting cannot drop the shutdown before it begins (the
+        // host's drop would then close it, blocking for up to a minute and
+        // logging that `Host::shutdown` was not called).
+        let shutdown = self.begin_shutdown();
         tokio::select! {
-            _ = self.shutdown() => {}
+            biased;
+            abandoned = shutdown => abandoned,
             () = stop.wait() => {
                 tracing::error!(
                     "Shutdown cut short by a second signal: returning at once; components still \
                      closing may not have released what they hold."
                 );
+                1
             }
         }
     }
@@ -173,21 +258,63 @@ impl Host {
     /// closed last, are still closed. Should the tokio runtime end first,
     /// the shutdown left undone counts as one abandoned close; a panic in
     /// it is resumed here.
-    pub async fn shutdown(mut self) -> usize {
+    pub async fn shutdown(self) -> usize {
+        self.begin_shutdown().await
+    }
+
+    /// Starts the shutdown task now (on the current tokio runtime); the
+    /// future waits for it (see [`Host::shutdown`]).
+    fn begin_shutdown(mut self) -> impl Future<Output = usize> {
         // Stop following first: the closed runtime reads as "no tracing",
         // which would turn the exporter off and drop the spans queued.
         #[cfg(feature = "sidecar")]
         drop(self.tracing.take());
         self.shutdown_started = true;
-        match spawn_shutdown(&Handle::current(), &self.runtime).await {
-            Ok(abandoned) => abandoned,
-            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(error) => {
-                log_unfinished(&error);
-                1
+        let closing = spawn_shutdown(&Handle::current(), &self.runtime);
+        async move {
+            // The host (its file watch) lives until the shutdown ends.
+            let _host = self;
+            match closing.await {
+                Ok(abandoned) => abandoned,
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                Err(error) => {
+                    log_unfinished(&error);
+                    1
+                }
             }
         }
     }
+}
+
+/// [`Runtime::start_until`], and a stop that came as the start ended (the
+/// start won the race, the stop ready but not seen) honoured too: the
+/// runtime is shut down within [`Runtime::CANCELLED_START_UNWIND`], and
+/// the start is [`StartError::Cancelled`].
+async fn start_runtime_until(
+    config: ValidConfig,
+    registry: Registry,
+    options: RuntimeOptions,
+    stop: impl Future<Output = ()>,
+) -> Result<Runtime, StartError> {
+    let mut stop = std::pin::pin!(stop);
+    let mut stopped = false;
+    let watched_stop = std::future::poll_fn(|cx| {
+        let polled = stop.as_mut().poll(cx);
+        stopped |= polled.is_ready();
+        polled
+    });
+    let runtime = Runtime::start_until(config, registry, options, watched_stop).await?;
+    // Never polled again once it ended.
+    if !stopped
+        && stop
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    {
+        return Ok(runtime);
+    }
+    let abandoned = shut_down_within(&runtime, Runtime::CANCELLED_START_UNWIND).await;
+    Err(StartError::Cancelled { abandoned })
 }
 
 impl Drop for Host {
@@ -342,6 +469,9 @@ struct StopSignals {
     /// SIGTERM (`None`: it cannot be listened for).
     #[cfg(unix)]
     terminate: Option<tokio::signal::unix::Signal>,
+    /// When the first signal came: the next within [`SAME_STOP_WITHIN`]
+    /// is the same request.
+    request: StopRequest,
 }
 
 impl StopSignals {
@@ -353,19 +483,39 @@ impl StopSignals {
             Self {
                 interrupt: signal(SignalKind::interrupt()).ok(),
                 terminate: signal(SignalKind::terminate()).ok(),
+                request: StopRequest::default(),
             }
         }
         #[cfg(not(unix))]
-        Self {}
+        Self {
+            request: StopRequest::default(),
+        }
+    }
+
+    /// Resolves on the first stop signal, then on each later one that
+    /// asks more than the first did: a signal within [`SAME_STOP_WITHIN`]
+    /// of the first is passed over.
+    async fn wait(&mut self) {
+        loop {
+            self.next().await;
+            match self.request.heed(Instant::now()) {
+                StopAsked::SameStop => tracing::info!(
+                    within = ?SAME_STOP_WITHIN,
+                    "A second stop signal right after the first: the same stop request."
+                ),
+                StopAsked::Stop | StopAsked::GiveUp => return,
+            }
+        }
     }
 
     /// Resolves on the next stop signal.
-    async fn wait(&mut self) {
+    async fn next(&mut self) {
         #[cfg(unix)]
         {
             let Self {
                 interrupt,
                 terminate,
+                request: _,
             } = self;
             let interrupt = async {
                 match interrupt {
@@ -394,5 +544,79 @@ impl StopSignals {
         {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+/// What a stop signal asks, by when it came (see [`StopRequest::heed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopAsked {
+    /// The first signal: stop.
+    Stop,
+    /// Within [`SAME_STOP_WITHIN`] of the first: the same request again,
+    /// nothing more.
+    SameStop,
+    /// Later: stop waiting for the shutdown (or the start's unwinding).
+    GiveUp,
+}
+
+/// The stop signals a process received: when the first came.
+#[derive(Debug, Default)]
+pub(crate) struct StopRequest {
+    first: Option<Instant>,
+}
+
+impl StopRequest {
+    /// What a signal received `at` asks: the first stops; one within
+    /// [`SAME_STOP_WITHIN`] of the first (not of the last: signals every
+    /// 100 ms still give up in time) is the same request; a later one
+    /// gives up.
+    pub(crate) fn heed(&mut self, at: Instant) -> StopAsked {
+        let Some(first) = self.first else {
+            self.first = Some(at);
+            return StopAsked::Stop;
+        };
+        if at.saturating_duration_since(first) < SAME_STOP_WITHIN {
+            StopAsked::SameStop
+        } else {
+            StopAsked::GiveUp
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two signals back to back (Ctrl-C to the process group and a
+    /// launcher's SIGTERM) are one stop request; only a signal after the
+    /// window gives up on the shutdown. Before: the second signal, however
+    /// close, cut the shutdown short.
+    #[test]
+    fn a_signal_right_after_the_first_is_the_same_stop_request() {
+        let first = Instant::now();
+        let mut request = StopRequest::default();
+        assert_eq!(request.heed(first), StopAsked::Stop);
+        let soon = first + Duration::from_millis(5);
+        assert_eq!(request.heed(soon), StopAsked::SameStop);
+        let before_the_window_ends = first + SAME_STOP_WITHIN - Duration::from_millis(1);
+        assert_eq!(request.heed(before_the_window_ends), StopAsked::SameStop);
+        assert_eq!(request.heed(first + SAME_STOP_WITHIN), StopAsked::GiveUp);
+        let later = first + Duration::from_secs(3);
+        assert_eq!(request.heed(later), StopAsked::GiveUp);
+    }
+
+    /// The window runs from the first signal, not the last: signals sent
+    /// every 100 ms (a script that keeps sending) still give up once it
+    /// ends.
+    #[test]
+    fn the_window_runs_from_the_first_signal() {
+        let first = Instant::now();
+        let mut request = StopRequest::default();
+        assert_eq!(request.heed(first), StopAsked::Stop);
+        let asked: Vec<_> = (1..=6)
+            .map(|n| request.heed(first + Duration::from_millis(100) * n))
+            .collect();
+        assert_eq!(asked[..4], [StopAsked::SameStop; 4]);
+        assert_eq!(asked[4..], [StopAsked::GiveUp; 2]);
     }
 }

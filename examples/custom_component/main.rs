@@ -86,7 +86,7 @@ impl Component for Greeter {
 }
 
 #[rewire::tokio::main(crate = "rewire::tokio")]
-async fn main() -> Result<(), rewire::StartError> {
+async fn main() -> Result<std::process::ExitCode, rewire::StartError> {
     rewire::init_logging();
     // The example's own rewire.json, or the file given as argument. Paths
     // in it are relative to its folder; edits of it reload.
@@ -101,6 +101,11 @@ async fn main() -> Result<(), rewire::StartError> {
     rewire::tracing::info!(
         "Edit examples/custom_component/config.json to change the greeting; Ctrl-C to stop."
     );
-    host.run_until_stopped().await;
-    Ok(())
+    // Non-zero when a close was abandoned (timed out, panicked, or cut
+    // short by a second signal): what it held may not have been released.
+    let abandoned = host.run_until_stopped().await;
+    Ok(match abandoned {
+        0 => std::process::ExitCode::SUCCESS,
+        _ => std::process::ExitCode::FAILURE,
+    })
 }

@@ -112,7 +112,15 @@ enum Format {
 /// sets up logging, and runs the command with every component type linked
 /// into the binary (the community components and the caller's own).
 /// Returns the process's exit code.
+///
+/// Call it from a plain `fn main`: it builds its own tokio runtime, so
+/// inside one (`#[tokio::main]`) it refuses, saying so, and returns 2
+/// (a program that also needs tokio around it uses [`crate::Host`]).
 pub fn main() -> ExitCode {
+    if let Err(refused) = outside_a_tokio_runtime() {
+        eprintln!("error: {refused}");
+        return ExitCode::from(2);
+    }
     // Every TLS client and server here is rustls with ring; libraries that
     // build a configuration without naming a provider find it installed.
     rewire_components::tls::install_ring_provider();
@@ -143,6 +151,18 @@ pub fn main() -> ExitCode {
     // keep the process alive once the command is done.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     code
+}
+
+/// Whether [`main`] runs outside of any tokio runtime, as it must: it
+/// builds its own, which tokio refuses to start (a panic) within another.
+fn outside_a_tokio_runtime() -> Result<(), &'static str> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Err(
+            "call `rewire::main()` from a plain `fn main`, not inside a tokio runtime \
+             (no `#[tokio::main]`): it starts its own",
+        ),
+        Err(_) => Ok(()),
+    }
 }
 
 /// Runs the chosen command.
@@ -208,5 +228,27 @@ fn print_stdout(text: &str) {
         if err.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("error: cannot write to stdout: {err}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `rewire::main()` from a plain `fn main` goes on.
+    #[test]
+    fn main_outside_a_tokio_runtime_goes_on() {
+        assert_eq!(outside_a_tokio_runtime(), Ok(()));
+    }
+
+    /// `rewire::main()` inside a tokio runtime (`#[tokio::main] async fn
+    /// main`) is refused with a line saying how to call it. Before: the
+    /// runtime it builds panicked ("Cannot start a runtime from within a
+    /// runtime").
+    #[tokio::test]
+    async fn main_inside_a_tokio_runtime_is_refused_saying_how_to_call_it() {
+        let refused = outside_a_tokio_runtime().unwrap_err();
+        assert!(refused.contains("from a plain `fn main`"), "{refused}");
+        assert!(refused.contains("not inside a tokio runtime"), "{refused}");
     }
 }

@@ -181,7 +181,7 @@ async fn serve_until_stopped(
         tracing::warn!("The configuration declares subscriptions but no --app-port is given: their events are not delivered.");
     }
     let signal = stop.wait().await;
-    tracing::info!(signal, "Stopping (a second signal exits at once).");
+    tracing::info!(signal, "Stopping (a later signal exits at once).");
     let shutdown = shut_down(
         &runtime,
         server,

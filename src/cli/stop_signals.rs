@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::host::{StopAsked, StopRequest, SAME_STOP_WITHIN};
 use rewire::{Registry, Runtime, RuntimeOptions, StartError, ValidConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +110,10 @@ impl StopSignals {
 }
 
 /// The signal thread's body: listens on a runtime of its own, says so on
-/// `listening`, then for ever handles each signal.
+/// `listening`, then for ever handles each signal. A signal within
+/// [`SAME_STOP_WITHIN`] of the first is the same stop request, passed
+/// over: only a later one abandons the start's unwinding or cuts the
+/// shutdown short.
 fn listen_on_this_thread(
     start: &StartWatch,
     forward: &mpsc::UnboundedSender<&'static str>,
@@ -130,6 +134,7 @@ fn listen_on_this_thread(
     let mut signals = runtime.block_on(async { Signals::listen() });
     let _ = listening.send(());
     let mut abandon_by: Option<Instant> = None;
+    let mut request = StopRequest::default();
     loop {
         let next = signals.next();
         let signal = match abandon_by {
@@ -154,13 +159,22 @@ fn listen_on_this_thread(
                 }
             }
         };
+        if request.heed(Instant::now()) == StopAsked::SameStop {
+            // Ctrl-C to the process group and a launcher's SIGTERM, say.
+            tracing::info!(
+                signal,
+                within = ?SAME_STOP_WITHIN,
+                "A second stop signal right after the first: the same stop request."
+            );
+            continue;
+        }
         let mut phase = start.phase();
         match *phase {
             Phase::Starting => {
                 *phase = Phase::Abandoning;
                 drop(phase);
                 eprintln!(
-                    "{signal} during start-up: start-up abandoned, closing what started (a second signal exits at once)"
+                    "{signal} during start-up: start-up abandoned, closing what started (a later signal exits at once)"
                 );
                 abandon_by = Some(Instant::now() + ABANDON_WITHIN);
                 start.cancel.cancel();

@@ -120,10 +120,15 @@ async fn sigterm_exits_in_bounded_time_despite_stalled_clients() {
 /// alone).
 const SECOND_SIGNAL_EXITS_WITHIN: Duration = Duration::from_secs(3);
 
+/// Longer than the 500 ms after a first stop signal in which a second is
+/// the same stop request.
+const AFTER_THE_SAME_STOP_WINDOW: Duration = Duration::from_secs(1);
+
 /// A second signal during the shutdown (here held by a call in flight,
 /// given the 5 s grace; a close that hangs holds it up to a minute) cuts
 /// it short: the process exits 1 at once, saying so, as a second signal
-/// during start-up does. Before: the second signal was ignored and the
+/// during start-up does (sent after the window in which it would be the
+/// same stop request). Before: the second signal was ignored and the
 /// process exited only when the shutdown was done.
 #[tokio::test]
 async fn a_second_signal_during_the_shutdown_exits_1_at_once() {
@@ -159,6 +164,10 @@ async fn a_second_signal_during_the_shutdown_exits_1_at_once() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    // Past the window in which a second signal is the same stop request
+    // (500 ms from the first), well within the 5 s the call holds the
+    // shutdown.
+    tokio::time::sleep(AFTER_THE_SAME_STOP_WINDOW).await;
     let exited = sidecar.terminate_within(SECOND_SIGNAL_EXITS_WITHIN);
     let log = sidecar.log();
     let status = exited.unwrap_or_else(|err| panic!("{err}\n{log}"));
@@ -169,4 +178,182 @@ async fn a_second_signal_during_the_shutdown_exits_1_at_once() {
     );
     assert!(!log.contains("Stopped."), "{log}");
     drop(in_flight);
+}
+
+/// SIGINT and SIGTERM back to back (Ctrl-C reaching the whole process
+/// group while a launcher sends SIGTERM too) are one stop request: the
+/// shutdown runs to its end, components closed, and the process exits 0.
+/// Before: the second signal cut the shutdown short (exit 1, nothing
+/// closed, locks and leases left held).
+#[tokio::test]
+async fn sigint_and_sigterm_back_to_back_are_one_stop_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let document = serde_json::json!({"components": {
+        "state": {"orders": {"type": "memory"}}
+    }});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let grpc_addr = format!("127.0.0.1:{}", free_port());
+    let http_addr = format!("127.0.0.1:{}", free_port());
+    let mut sidecar = start(&config, &grpc_addr, &http_addr);
+    assert!(
+        sidecar.log().contains("Runtime started."),
+        "{}",
+        sidecar.log()
+    );
+    // A call in flight holds the shutdown for the 5 s grace: the second
+    // signal comes while it runs, however loaded the machine.
+    let mut in_flight = TcpStream::connect(&http_addr).await.unwrap();
+    in_flight
+        .write_all(
+            b"POST /v1.0/state/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n[{\"key\"",
+        )
+        .await
+        .unwrap();
+
+    interrupt_and_terminate(&sidecar);
+    wait_for_exit(&sidecar, EXIT_WITHIN);
+    // Reaped: the SIGTERM `terminate_within` sends reaches no one.
+    let exited = sidecar.terminate_within(EXIT_WITHIN);
+    let log = sidecar.log();
+    let status = exited.unwrap_or_else(|err| panic!("{err}\n{log}"));
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(log.contains("Stopped."), "{log}");
+    assert!(
+        log.contains("Component closed."),
+        "components were not closed:\n{log}"
+    );
+    assert!(log.contains("the same stop request"), "{log}");
+    assert!(!log.contains("cut short"), "{log}");
+    drop(in_flight);
+}
+
+/// Sends SIGINT then SIGTERM to `sidecar` from one shell, microseconds
+/// apart (`kill` is a builtin there).
+fn interrupt_and_terminate(sidecar: &ChildProcess) {
+    let pid = sidecar.pid().expect("the sidecar runs").to_string();
+    let sent = Command::new("sh")
+        .args(["-c", "kill -INT \"$1\" && kill -TERM \"$1\"", "sh", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -INT, -TERM {pid}: {sent}");
+}
+
+/// Waits up to `limit` for `sidecar` to exit (a zombie, its status not
+/// reaped yet: `terminate_within` reaps it, its signal reaching no one).
+fn wait_for_exit(sidecar: &ChildProcess, limit: Duration) {
+    let pid = sidecar.pid().expect("the sidecar runs");
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command's name, in parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, Some("Z" | "X") | None) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} still ran {limit:?} after the signals:\n{}",
+            sidecar.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A port that accepts connections and never answers, held open while the
+/// test runs; each connection accepted is reported on the channel.
+fn silent_server() -> (String, std::sync::mpsc::Receiver<()>) {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = silent.local_addr().expect("its address").to_string();
+    let (accepted, dialed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in silent.incoming() {
+            held.push(connection);
+            if accepted.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, dialed)
+}
+
+/// SIGINT and SIGTERM back to back during a slow start-up (a redis store
+/// whose init waits on a server that never answers) are one stop request:
+/// the start is abandoned, what started is closed, and the process exits
+/// 0 saying so. Before: the second signal was taken for the user giving
+/// up on the unwinding: exit 1 at once, nothing closed.
+#[test]
+fn sigint_and_sigterm_back_to_back_during_start_up_are_one_stop_request() {
+    let (redis, dialed) = silent_server();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rewire.json");
+    let secrets = dir.path().join("secrets.json");
+    std::fs::write(&secrets, r#"{"redis": {"password": "pw"}}"#).unwrap();
+    // The secret store starts first, and is closed when the start is
+    // abandoned.
+    let document = serde_json::json!({"components": {
+        "secret_store": {"local": {
+            "type": "local.file",
+            "metadata": {"secretsFile": secrets, "multiValued": true}
+        }},
+        "state": {"orders": {
+            "type": "redis",
+            "metadata": {"redisHost": redis, "dialTimeout": "60s"},
+            "secretRef": [{"store": "local", "name": "redis", "key": "password", "injectAs": "redisPassword"}]
+        }}
+    }});
+    std::fs::write(&config, document.to_string()).unwrap();
+    let (grpc, http) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let path = config.clone();
+    let mut sidecar = ChildProcess::new("rewire run", dir.path().join("run.log"), move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_rewire"));
+        command
+            .args([
+                "run",
+                "--grpc-addr",
+                &grpc,
+                "--http-addr",
+                &http,
+                "--config",
+            ])
+            .arg(&path)
+            .env("NO_COLOR", "1");
+        command
+    });
+    sidecar
+        .start_until_logged(EXIT_WITHIN, "Loading configuration.")
+        .unwrap_or_else(|err| panic!("the sidecar did not start: {err}"));
+    // The init is under way: it dialled the server that never answers.
+    if dialed.recv_timeout(EXIT_WITHIN).is_err() {
+        panic!("the sidecar never dialled redis:\n{}", sidecar.log());
+    }
+
+    interrupt_and_terminate(&sidecar);
+    wait_for_exit(&sidecar, EXIT_WITHIN);
+    // Reaped: the SIGTERM `terminate_within` sends reaches no one.
+    let exited = sidecar.terminate_within(EXIT_WITHIN);
+    let log = sidecar.log();
+    let status = exited.unwrap_or_else(|err| panic!("{err}\n{log}"));
+    assert_eq!(status.code(), Some(0), "{log}");
+    // Either first: both are pending when the signal thread wakes.
+    assert!(log.contains("during start-up: start-up abandoned"), "{log}");
+    assert!(log.contains("the same stop request"), "{log}");
+    assert!(
+        log.contains("start-up cancelled: every component started was closed"),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|line| line.contains("Component closed.") && line.contains("secret_store/local")),
+        "{log}"
+    );
+    assert!(!log.contains("exiting at once"), "{log}");
+    assert!(!log.contains("Runtime started."), "{log}");
 }

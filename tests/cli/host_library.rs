@@ -346,8 +346,14 @@ fn terminate_self() {
         .status();
 }
 
+/// Longer than the 500 ms after a first stop signal in which a second is
+/// the same stop request.
+const AFTER_THE_SAME_STOP_WINDOW: Duration = Duration::from_secs(1);
+
 /// A second SIGTERM while `Host::run_until_stopped` shuts down (a close
-/// hanging) makes it return at once, saying so, as `rewire run` does.
+/// hanging; sent after the window in which it would be the same stop
+/// request) makes it return at once, saying so, as `rewire run` does,
+/// counting the shutdown left undone as an abandoned close.
 /// Before: the second signal was ignored, and the shutdown waited out
 /// every close's bound. In a fresh process, which signals itself.
 #[tokio::test(flavor = "multi_thread")]
@@ -398,8 +404,216 @@ async fn a_second_signal_cuts_run_until_stopped_short() {
             terminate_self();
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Past the window in which a second signal is the same stop
+        // request (500 ms from the first), the close still hanging.
+        tokio::time::sleep(AFTER_THE_SAME_STOP_WINDOW).await;
         terminate_self();
     });
-    host.run_until_stopped().await;
+    let abandoned = host.run_until_stopped().await;
     signaller.abort();
+    assert_eq!(abandoned, 1, "the shutdown cut short was not counted");
+}
+
+/// Set in the child process of the back-to-back signals test.
+const BACK_TO_BACK_CHILD: &str = "REWIRE_TEST_HOST_BACK_TO_BACK_SIGNALS_CHILD";
+
+/// Set once a [`ClosedAfterTwoSignals`] close has started.
+static TWO_SIGNALS_CLOSE_STARTED: AtomicBool = AtomicBool::new(false);
+/// Set when a [`ClosedAfterTwoSignals`] is closed.
+static CLOSED_AFTER_TWO_SIGNALS: AtomicBool = AtomicBool::new(false);
+
+/// Records its close, 300 ms after it is asked (a shutdown a second
+/// signal could cut short).
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.closed-after-two-signals")]
+struct ClosedAfterTwoSignals {}
+
+#[async_trait]
+impl Component for ClosedAfterTwoSignals {
+    async fn close(&self) -> Result<(), ComponentError> {
+        TWO_SIGNALS_CLOSE_STARTED.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        CLOSED_AFTER_TWO_SIGNALS.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// This test binary, to run the test `name` alone with `marker` set and
+/// the logs at info.
+fn child_command(name: &str, marker: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(marker, "1")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// SIGINT and SIGTERM back to back (Ctrl-C reaching the process group
+/// while a launcher sends SIGTERM too) are one stop request to
+/// `Host::run_until_stopped`: the shutdown runs to its end, the component
+/// closed, and it returns 0 abandoned closes. Before: the second signal
+/// cut the shutdown short (or, the race unbiased, dropped it before it
+/// began: the drop's minute-long shutdown, "dropped without
+/// `Host::shutdown`" logged). In a fresh process, which signals itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_and_sigterm_back_to_back_are_one_stop_request_to_run_until_stopped() {
+    if !child::is_child(BACK_TO_BACK_CHILD) {
+        let mut command = child_command(
+            "host_library::sigint_and_sigterm_back_to_back_are_one_stop_request_to_run_until_stopped",
+            BACK_TO_BACK_CHILD,
+        );
+        let out = tokio::task::spawn_blocking(move || testkit::output(&mut command))
+            .await
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "the child failed:\n{stdout}\n{stderr}"
+        );
+        for unwanted in ["cut short", "dropped without"] {
+            assert!(
+                !stdout.contains(unwanted) && !stderr.contains(unwanted),
+                "{unwanted}:\n{stdout}\n{stderr}"
+            );
+        }
+        return;
+    }
+    rewire::init_logging();
+    let (_dir, config) = config_file(
+        r#"{"components": {"probe": {"two": {"type": "test.host.closed-after-two-signals"}}}}"#,
+    );
+    let host = rewire::Host::start(&config).await.unwrap();
+    // Both signals are handled (not their default, ending the process)
+    // from here on; `run_until_stopped` may listen after the first pair.
+    use tokio::signal::unix::{signal, SignalKind};
+    let _handled = (
+        signal(SignalKind::interrupt()).unwrap(),
+        signal(SignalKind::terminate()).unwrap(),
+    );
+    let signaller = tokio::spawn(async {
+        // A pair, from one shell (`kill` is a builtin), until the shutdown
+        // it starts reaches the close (a pair sent before
+        // `run_until_stopped` listens is not seen by it); a pair after the
+        // one seen comes within 100 ms of it.
+        let pid = std::process::id().to_string();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !TWO_SIGNALS_CLOSE_STARTED.load(Ordering::SeqCst)
+            && tokio::time::Instant::now() < deadline
+        {
+            let _ = std::process::Command::new("sh")
+                .args(["-c", "kill -INT \"$1\" && kill -TERM \"$1\"", "sh", &pid])
+                .status();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let abandoned = host.run_until_stopped().await;
+    signaller.abort();
+    assert_eq!(abandoned, 0, "closes abandoned");
+    assert!(
+        CLOSED_AFTER_TWO_SIGNALS.load(Ordering::SeqCst),
+        "the component was not closed"
+    );
+}
+
+/// Set in the child process of the stop-during-start test.
+const STOPPED_STARTING_CHILD: &str = "REWIRE_TEST_HOST_STOPPED_WHILE_STARTING_CHILD";
+
+/// Set when a [`StartedBeforeTheHang`] is closed.
+static STARTED_BEFORE_THE_HANG_CLOSED: AtomicBool = AtomicBool::new(false);
+/// Set once a [`HangsInInit`] init has started.
+static INIT_HANGING: AtomicBool = AtomicBool::new(false);
+
+/// A store the hanging component uses (so started first), recording its
+/// close.
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.started-before-the-hang")]
+struct StartedBeforeTheHang {}
+
+#[async_trait]
+impl Component for StartedBeforeTheHang {
+    async fn close(&self) -> Result<(), ComponentError> {
+        STARTED_BEFORE_THE_HANG_CLOSED.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A user of a [`StartedBeforeTheHang`] whose `init` never ends (a store
+/// dialling a server that never answers, for up to the init timeout).
+#[derive(rewire::Component)]
+#[component(kind = "probe", type = "test.host.hangs-in-init")]
+struct HangsInInit {
+    /// The store it uses.
+    #[inject]
+    _store: Option<ComponentHandle>,
+}
+
+#[async_trait]
+impl Component for HangsInInit {
+    async fn init(&mut self, _cx: &InitContext) -> Result<(), ComponentError> {
+        INIT_HANGING.store(true, Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+/// SIGTERM while `Host::start_until` waits on an `init` that hangs, the
+/// signal its `stop`: the start is cut short, the store started before
+/// is closed, and the start returns `StartError::Cancelled` saying every
+/// close ended. Before: `Host::start` took no stop, so a host could only
+/// let SIGTERM end the process with nothing closed, or drop the start and
+/// leave the started store unclosed. In a fresh process, which signals
+/// itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_host_start_until_closes_what_started() {
+    if !child::is_child(STOPPED_STARTING_CHILD) {
+        return child::run_alone(
+            "host_library::sigterm_during_host_start_until_closes_what_started",
+            STOPPED_STARTING_CHILD,
+            &[],
+            &[],
+        )
+        .await;
+    }
+    let (_dir, config) = config_file(
+        r#"{"components": {"probe": {
+            "store": {"type": "test.host.started-before-the-hang"},
+            "hanging": {"type": "test.host.hangs-in-init",
+                        "componentRef": [{"type": "probe", "name": "store"}]}
+        }}}"#,
+    );
+    let mut sigterm =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
+    let stop = async move {
+        sigterm.recv().await;
+    };
+    let signaller = tokio::spawn(async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !INIT_HANGING.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        terminate_self();
+    });
+    let started = tokio::time::timeout(
+        Duration::from_secs(20),
+        rewire::Host::start_until(&config, stop),
+    )
+    .await
+    .expect("the start did not end within 20 s of the signal");
+    signaller.await.unwrap();
+    match started {
+        Err(rewire::StartError::Cancelled { abandoned: 0 }) => {}
+        Err(error) => panic!("not the cancelled start expected: {error}"),
+        Ok(host) => {
+            host.shutdown().await;
+            panic!("the host started despite the stop");
+        }
+    }
+    assert!(
+        STARTED_BEFORE_THE_HANG_CLOSED.load(Ordering::SeqCst),
+        "the store started before the stop was not closed"
+    );
 }

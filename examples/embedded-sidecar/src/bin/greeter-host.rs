@@ -1,7 +1,8 @@
 //! A program hosting rewire as a library, with `rewire` as its only
 //! dependency: starts the components of the file given as its argument,
 //! follows the file, and prints the greeting of `greeter/hi` (reached as its
-//! own type) at start and after every reload, until Ctrl-C or SIGTERM.
+//! own type) at start and after every reload, until Ctrl-C or SIGTERM;
+//! exits 1 if a component's close was abandoned at shutdown.
 //! From this example's directory, where `greeter.json` is:
 //!
 //! ```sh
@@ -57,6 +58,10 @@ async fn main() -> ExitCode {
             }
         }
     });
-    host.run_until_stopped().await;
-    ExitCode::SUCCESS
+    // Non-zero when a close was abandoned (timed out, panicked, or cut
+    // short by a second signal): what it held may not have been released.
+    match host.run_until_stopped().await {
+        0 => ExitCode::SUCCESS,
+        _abandoned => ExitCode::FAILURE,
+    }
 }
