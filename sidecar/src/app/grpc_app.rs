@@ -7,7 +7,10 @@
 //! app is taken to speak it from then on
 //! (the clones of one app's [`GrpcApp`] share what was found). So a
 //! Layotto app's subscriptions are taken and its events delivered, rather
-//! than none listed and each event acknowledged undelivered.
+//! than none listed and each event acknowledged undelivered. A delivery
+//! whose call could not connect to the app at all is no answer: the
+//! engine waits for the app rather than spend an attempt
+//! ([`GrpcApp::deliver_if_reachable`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::Channel;
 
-use super::app_calls::{AppCalls, SendsAppToken};
+use super::app_calls::{noticing_unconnected, AppCalls, ConnectNoticed, SendsAppToken};
 use super::callback_call::Delivered;
 use super::subscriptions::{ask_until_answered, Listing, ASK_FOR};
-use super::{grpc_route, layotto_route, AppSubscription, APP_CALL_TIMEOUT};
+use super::{grpc_route, layotto_route, AppChannel, AppSubscription, APP_CALL_TIMEOUT};
 use crate::dapr::{EventSink, TopicEvent};
 use crate::grpc::proto::dapr::proto::runtime::v1::app_callback_client::AppCallbackClient as DaprCallback;
 use crate::grpc::proto::spec::proto::runtime::v1::app_callback_client::AppCallbackClient as LayottoCallback;
@@ -99,6 +102,20 @@ impl EventSink for GrpcRoute {
         self.app.deliver(&self.path, event, within).await
     }
 
+    async fn send_if_reachable(
+        &self,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
+        self.app
+            .deliver_if_reachable(&self.path, event, within)
+            .await
+    }
+
+    async fn reachable(&self) {
+        self.app.reachable().await;
+    }
+
     async fn closed(&self) {
         std::future::pending().await
     }
@@ -111,6 +128,9 @@ pub struct GrpcApp {
     dapr: DaprCallback<AppCalls>,
     layotto: LayottoCallback<AppCalls>,
     speaks_layotto: Arc<AtomicBool>,
+    /// Where the app listens, waited for when it could not be reached
+    /// (unknown for a channel given in code: not waited for).
+    listening_on: Option<AppChannel>,
 }
 
 impl GrpcApp {
@@ -126,10 +146,50 @@ impl GrpcApp {
             token.set_sensitive(true);
             token
         }));
+        let channel = ConnectNoticed(channel);
         Self {
             dapr: DaprCallback::with_interceptor(channel.clone(), token.clone()),
             layotto: LayottoCallback::with_interceptor(channel, token),
             speaks_layotto: Arc::default(),
+            listening_on: None,
+        }
+    }
+
+    /// The same app, listening on `app`'s address: [`Self::reachable`]
+    /// waits for its port.
+    pub(super) fn listening_on(self, app: AppChannel) -> Self {
+        Self {
+            listening_on: Some(app),
+            ..self
+        }
+    }
+
+    /// Resolves once the app takes connections on its port again
+    /// ([`wait_for_app`](super::wait_for_app)), at once when its address
+    /// is not known; its caller bounds it.
+    pub(super) async fn reachable(&self) {
+        if let Some(app) = &self.listening_on {
+            super::wait_for_app(app, &CancellationToken::new()).await;
+        }
+    }
+
+    /// [`deliver`](Self::deliver), `None` when a call could not connect to
+    /// the app at all and nothing answered (so the app cannot have seen
+    /// the event: see `EventSink::send_if_reachable`).
+    pub(super) async fn deliver_if_reachable(
+        &self,
+        path: &str,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
+        let (outcome, not_connected) =
+            noticing_unconnected(self.deliver(path, event, within)).await;
+        match (outcome, not_connected) {
+            (DeliveryOutcome::Retry, true) => {
+                tracing::debug!(id = %crate::dapr::logged(&event.id), "The app could not be reached; the event waits for it.");
+                None
+            }
+            (outcome, _) => Some(outcome),
         }
     }
 

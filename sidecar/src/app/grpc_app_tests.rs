@@ -476,3 +476,69 @@ async fn a_grpc_route_built_with_a_token_delivers_to_an_app_requiring_it() {
         "{refused}"
     );
 }
+
+/// A delivery whose call could not connect to the app (nothing listens on
+/// its port: a restart) is told apart from one the app answered: `None`,
+/// so the engine waits for the app ([`GrpcApp::reachable`], its port)
+/// rather than spend an attempt, and dead-letter the event within seconds.
+/// Once the app listens the event is delivered; an error the app answers
+/// itself (`UNAUTHENTICATED`) is an answer, a retry that spends one.
+#[tokio::test]
+async fn a_delivery_that_could_not_connect_waits_for_the_app_s_port() {
+    let (port, incoming) = free_port().await;
+    drop(incoming);
+    let channel = super::super::AppChannel::local(port)
+        .with_protocol(super::super::AppProtocol::Grpc)
+        .with_app_token(Some(rewire_runtime::SecretString::new("s3cret")));
+    let Some(super::super::routed::AppTarget::Grpc(app)) =
+        super::super::routed::AppTarget::connect(&channel)
+    else {
+        panic!("a gRPC app");
+    };
+    let message = rewire_runtime::Message {
+        topic: "orders".into(),
+        data: b"x".to_vec(),
+        ..Default::default()
+    };
+    let event = TopicEvent::of(&message, "bus", "orders");
+    let within = Duration::from_secs(10);
+    let unreached = bounded(app.deliver_if_reachable("/orders", &event, within)).await;
+    assert_eq!(unreached, None, "nothing listens: not an answer");
+    assert_eq!(
+        bounded(app.deliver("/orders", &event, within)).await,
+        DeliveryOutcome::Retry,
+        "a plain delivery still retries"
+    );
+
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        async move { app.reachable().await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the port was taken for open");
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .expect("the app's port again");
+    let incoming = futures_util::stream::unfold(listener, |listener| async move {
+        Some((listener.accept().await.map(|(stream, _)| stream), listener))
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(pb::app_callback_server::AppCallbackServer::new(
+                RequiringToken { token: "s3cret" },
+            ))
+            .serve_with_incoming(incoming),
+    );
+    bounded(waiting).await.expect("no panic");
+    let delivered = bounded(app.deliver_if_reachable("/orders", &event, within)).await;
+    assert_eq!(delivered, Some(DeliveryOutcome::Success));
+
+    let untokened = GrpcRoute::new(
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint")
+            .connect_lazy(),
+        "/orders".into(),
+    );
+    let refused = bounded(untokened.send_if_reachable(&event, within)).await;
+    assert_eq!(refused, Some(DeliveryOutcome::Retry), "the app's own error");
+}

@@ -13,7 +13,9 @@
 //! background so that the connection is kept (see [`let_go`]). An answer
 //! that fails midway is one Go cannot decode (acknowledges); one still
 //! coming at the delivery's deadline retries, as daprd's timed-out
-//! delivery does.
+//! delivery does. A `POST` that could not connect to the app at all
+//! (nothing listens on its port) is no answer: the engine waits for the
+//! app rather than spend an attempt ([`post_event_if_reachable`]).
 
 use std::time::Duration;
 
@@ -177,19 +179,69 @@ impl EventSink for HttpRoute {
         post_event(&self.client, &self.url, event, within).await
     }
 
+    async fn send_if_reachable(
+        &self,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
+        post_event_if_reachable(&self.client, &self.url, event, within).await
+    }
+
+    /// Once the URL's host takes connections on its port (see
+    /// [`wait_for_app`](super::wait_for_app)); at once for a URL with
+    /// no host or port (the engine's backoff spaces the sends).
+    async fn reachable(&self) {
+        let Some(address) = listening_address(&self.url) else {
+            return;
+        };
+        let app = super::AppChannel {
+            address,
+            ..super::AppChannel::local(0)
+        };
+        super::wait_for_app(&app, &tokio_util::sync::CancellationToken::new()).await;
+    }
+
     async fn closed(&self) {
         std::future::pending().await
     }
 }
 
+/// `host:port` of `url`, as [`wait_for_app`](super::wait_for_app) tries
+/// it (an IPv6 host in brackets); `None` without a host or a port.
+fn listening_address(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url).ok()?;
+    Some(format!(
+        "{}:{}",
+        url.host_str()?,
+        url.port_or_known_default()?
+    ))
+}
+
 /// Delivers `event` as a `POST` of its CloudEvent to `url`; the app's
-/// answer (a retry when it does not end `within`).
+/// answer (a retry when it does not end `within`, or when the app could
+/// not be reached).
 pub(super) async fn post_event(
     client: &reqwest::Client,
     url: &str,
     event: &TopicEvent,
     within: Duration,
 ) -> DeliveryOutcome {
+    post_event_if_reachable(client, url, event, within)
+        .await
+        .unwrap_or(DeliveryOutcome::Retry)
+}
+
+/// [`post_event`], `None` when the request could not connect to the app
+/// at all (refused, nothing listening, no route to it): nothing of it was
+/// sent, so the app cannot have seen the event. A failure once connected
+/// (a reset, a timeout, an answer cut short) may follow the app's having
+/// taken the event: it is a retry.
+pub(super) async fn post_event_if_reachable(
+    client: &reqwest::Client,
+    url: &str,
+    event: &TopicEvent,
+    within: Duration,
+) -> Option<DeliveryOutcome> {
     // The CloudEvent as it came (see `TopicEvent::body`), as daprd posts it.
     let body = event.body.clone();
     let mut request = client
@@ -228,7 +280,7 @@ pub(super) async fn post_event(
         }
     }
     let sent = request.body(body).send().await;
-    match sent {
+    let outcome = match sent {
         Ok(answer) => match code_outcome(answer.status()) {
             Some(outcome) => {
                 let_go(answer);
@@ -236,11 +288,16 @@ pub(super) async fn post_event(
             }
             None => read_outcome(answer).await,
         },
+        Err(err) if err.is_connect() => {
+            tracing::debug!(url = %url, error = %err, "The app could not be reached; the event waits for it.");
+            return None;
+        }
         Err(err) => {
             tracing::debug!(url = %url, error = %err, "Delivering to the app failed; retried.");
             DeliveryOutcome::Retry
         }
-    }
+    };
+    Some(outcome)
 }
 
 #[cfg(test)]

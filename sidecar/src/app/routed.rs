@@ -95,10 +95,10 @@ impl AppTarget {
                                 return None;
                             }
                         };
-                        Some(Self::Grpc(Box::new(GrpcApp::with_token(
-                            endpoint.connect_lazy(),
-                            token,
-                        ))))
+                        Some(Self::Grpc(Box::new(
+                            GrpcApp::with_token(endpoint.connect_lazy(), token)
+                                .listening_on(channel.clone()),
+                        )))
                     }
                     Err(err) => {
                         tracing::error!(error = %err, app = %channel.address, "Cannot address the app over gRPC.");
@@ -110,11 +110,35 @@ impl AppTarget {
     }
 
     async fn deliver(&self, path: &str, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+        self.deliver_if_reachable(path, event, within)
+            .await
+            .unwrap_or(DeliveryOutcome::Retry)
+    }
+
+    /// [`deliver`](Self::deliver), `None` when the app could not be
+    /// reached at all (see [`EventSink::send_if_reachable`]).
+    async fn deliver_if_reachable(
+        &self,
+        path: &str,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
         match self {
             Self::Http { client, channel } => {
-                http_route::post_event(client, &channel.url(path), event, within).await
+                http_route::post_event_if_reachable(client, &channel.url(path), event, within).await
             }
-            Self::Grpc(app) => app.deliver(path, event, within).await,
+            Self::Grpc(app) => app.deliver_if_reachable(path, event, within).await,
+        }
+    }
+
+    /// Resolves once the app takes connections on its port again
+    /// ([`wait_for_app`](super::wait_for_app)); its caller bounds it.
+    async fn reachable(&self) {
+        match self {
+            Self::Http { channel, .. } => {
+                super::wait_for_app(channel, &tokio_util::sync::CancellationToken::new()).await;
+            }
+            Self::Grpc(app) => app.reachable().await,
         }
     }
 }
@@ -168,6 +192,24 @@ impl EventSink for RoutedSink {
                 DeliveryOutcome::Retry
             }
         }
+    }
+
+    /// [`send`](EventSink::send), `None` when the app could not be reached
+    /// at all; an event no route takes is asked again, as there.
+    async fn send_if_reachable(
+        &self,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
+        let routes = self.routes.borrow().clone();
+        match event.routed_path(&routes) {
+            Some(path) => self.app.deliver_if_reachable(path, event, within).await,
+            None => Some(self.send(event, within).await),
+        }
+    }
+
+    async fn reachable(&self) {
+        self.app.reachable().await;
     }
 
     async fn closed(&self) {

@@ -12,7 +12,15 @@
 //! (or not answered in time) is tried again with a backoff, up to
 //! [`MAX_ATTEMPTS`] times in all; then it goes to the dead-letter topic
 //! when one is set (and is acknowledged), else back to the broker, which
-//! delivers it again later. `DROP` acknowledges it once the dead-letter
+//! delivers it again later. A send that could not reach the subscriber
+//! at all (nothing listens on the app's port: a restart, a deploy; see
+//! [`EventSink::send_if_reachable`]) is no attempt: the event waits until
+//! the app listens again ([`EventSink::reachable`]), its attempts kept,
+//! however long that takes (the subscription's stop, shutdown and the
+//! end of a hand-over still end the wait, the event then going back to
+//! the broker), so an app that is down briefly does not have the events
+//! in flight and those read meanwhile dead-lettered within seconds.
+//! `DROP` acknowledges it once the dead-letter
 //! topic, when one is set, took it; one it did not take goes back to the
 //! broker (as Dapr: acknowledged, it was in neither topic). An event past
 //! its `expiration` or one no route of the sink takes (asked before every
@@ -114,6 +122,10 @@ const LAST_BACKOFF: Duration = Duration::from_secs(5);
 pub(crate) const DEAD_LETTER_WITHIN: Duration = Duration::from_secs(30);
 /// How often an event waiting on an open circuit breaker asks it again.
 const BREAKER_POLL: Duration = Duration::from_millis(250);
+/// The longest wait between sends to a subscriber that could not be
+/// reached (starting at [`FIRST_BACKOFF`], doubled each time it still
+/// cannot be), besides the wait for [`EventSink::reachable`].
+pub const UNREACHABLE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// A retired subscription whose broker delivers nothing for this long,
 /// with nothing in flight, ends (the runtime's drain grace).
 pub const HANDOVER_GRACE: Duration = Duration::from_secs(5);
@@ -136,6 +148,31 @@ pub trait EventSink: Send + Sync + 'static {
     fn default_within(&self) -> Option<Duration> {
         Some(ANSWER_WITHIN)
     }
+
+    /// [`send`](Self::send), saying when nothing of the event reached the
+    /// subscriber at all (`None`): it could not be connected to (nothing
+    /// listens on its port, the connection was refused or not made in
+    /// time), so it cannot have seen the event. Such a send is no
+    /// attempt: the event waits for [`reachable`](Self::reachable), its
+    /// attempts kept. An answer of any kind, and a failure once the
+    /// request may have reached the subscriber, is `Some` (a `RETRY`
+    /// spends an attempt). By default every send is taken to have reached
+    /// it.
+    async fn send_if_reachable(
+        &self,
+        event: &TopicEvent,
+        within: Duration,
+    ) -> Option<DeliveryOutcome> {
+        Some(self.send(event, within).await)
+    }
+
+    /// Resolves once a subscriber that
+    /// [`send_if_reachable`](Self::send_if_reachable) could not reach may
+    /// be reached again (its port takes connections). Need not end by
+    /// itself: the engine ends the wait when the subscription stops, and
+    /// spaces sends to a subscriber still unreachable by a backoff (up to
+    /// [`UNREACHABLE_BACKOFF_MAX`]). By default at once.
+    async fn reachable(&self) {}
 
     /// Resolves when the subscriber is gone for good.
     async fn closed(&self);
@@ -425,6 +462,9 @@ impl TopicDelivery {
         let mut retry: Option<RetryPolicy> = None;
         let mut backoff = default_backoff();
         let mut attempt: u32 = 0;
+        // The spacing of sends that could not reach the subscriber: they
+        // spend no attempt, so they are spaced apart by their own waits.
+        let mut unreachable_backoff = Backoff::new(FIRST_BACKOFF, UNREACHABLE_BACKOFF_MAX);
         loop {
             if !to.sink.takes(event) {
                 return self.unrouted(event, delivery, handle).await;
@@ -446,6 +486,16 @@ impl TopicDelivery {
                     // The breaker is open: the event waits, its attempts
                     // kept, until it lets calls through again.
                     if !to.wait(BREAKER_POLL).await {
+                        return DeliveryOutcome::Retry.into();
+                    }
+                    continue;
+                }
+                Attempt::Unreachable => {
+                    // Nothing reached the subscriber (the app is down: a
+                    // restart, a deploy): no attempt was spent. The event
+                    // waits, its attempts kept, until it listens again.
+                    tracing::debug!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "The subscriber could not be reached; the event waits for it.");
+                    if !to.wait_reachable(unreachable_backoff.next_wait()).await {
                         return DeliveryOutcome::Retry.into();
                     }
                     continue;
@@ -622,13 +672,21 @@ enum Attempt {
     Answered(DeliveryOutcome),
     /// The inbound breaker let nothing through: nothing was sent.
     Held,
+    /// The subscriber could not be reached at all: nothing of the event
+    /// reached it ([`EventSink::send_if_reachable`]).
+    Unreachable,
 }
 
-/// An answer that asks for the event again: a failed attempt, for the
-/// policy's breaker.
-struct AskedAgain;
+/// A send that did not settle the event, for the policy's breaker: a
+/// failed call either way (an app that is down is failing).
+enum NotSettled {
+    /// The subscriber asked for the event again (or did not answer).
+    AskedAgain,
+    /// The subscriber could not be reached.
+    Unreachable,
+}
 
-impl Failure for AskedAgain {
+impl Failure for NotSettled {
     fn is_failure(&self) -> bool {
         true
     }
@@ -656,25 +714,31 @@ impl Subscriber<'_> {
             .or_else(|| self.sink.default_within())
             .unwrap_or(Duration::MAX);
         let Some(policy) = policy.filter(|_| self.sink.takes(event)) else {
-            return Attempt::Answered(self.send(event, within).await);
+            return match self.send(event, within).await {
+                Some(answer) => Attempt::Answered(answer),
+                None => Attempt::Unreachable,
+            };
         };
         let admitted = policy.run_admitted(async {
             match self.send(event, within).await {
-                DeliveryOutcome::Retry => Err(AskedAgain),
-                answer => Ok(answer),
+                Some(DeliveryOutcome::Retry) => Err(NotSettled::AskedAgain),
+                Some(answer) => Ok(answer),
+                None => Err(NotSettled::Unreachable),
             }
         });
         match admitted.await {
             Ok(answer) => Attempt::Answered(answer),
             Err(Guarded::Refused(Refusal::BreakerOpen { .. })) => Attempt::Held,
+            Err(Guarded::Failed(NotSettled::Unreachable)) => Attempt::Unreachable,
             Err(_) => Attempt::Answered(DeliveryOutcome::Retry),
         }
     }
 
     /// Sends `event` to the sink within its delivery span, which the
     /// sink's trace headers continue (as Dapr's: a child of the event's
-    /// trace, when it carries a valid one).
-    async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
+    /// trace, when it carries a valid one); `None` when it could not reach
+    /// the subscriber ([`EventSink::send_if_reachable`]).
+    async fn send(&self, event: &TopicEvent, within: Duration) -> Option<DeliveryOutcome> {
         let (traceparent, tracestate) = (
             event.cloud_event.text("traceparent"),
             event.cloud_event.text("tracestate"),
@@ -685,7 +749,10 @@ impl Subscriber<'_> {
             traceparent.as_deref(),
             tracestate.as_deref(),
         );
-        self.sink.send(event, within).instrument(span).await
+        self.sink
+            .send_if_reachable(event, within)
+            .instrument(span)
+            .await
     }
 
     /// Waits `wait`; false when the subscriber or the subscription is gone
@@ -693,6 +760,21 @@ impl Subscriber<'_> {
     async fn wait(&self, wait: Duration) -> bool {
         tokio::select! {
             () = tokio::time::sleep(wait) => true,
+            () = self.sink.closed() => false,
+            () = self.stop.cancelled() => false,
+        }
+    }
+
+    /// Waits until the subscriber may be reached again
+    /// ([`EventSink::reachable`]) and at least `at_least`; false when the
+    /// subscriber or the subscription is gone first (the event then goes
+    /// back to the broker).
+    async fn wait_reachable(&self, at_least: Duration) -> bool {
+        let reachable = async {
+            tokio::join!(self.sink.reachable(), tokio::time::sleep(at_least));
+        };
+        tokio::select! {
+            () = reachable => true,
             () = self.sink.closed() => false,
             () = self.stop.cancelled() => false,
         }
@@ -1240,4 +1322,5 @@ mod tests {
     mod handed_back_while_busy;
     mod logged_ids;
     mod raw_payload;
+    mod unreachable_app;
 }
