@@ -176,17 +176,22 @@ async fn a_dead_letter_topic_change_is_applied_in_place() {
         .unwrap_or_else(|e| panic!("{e}"));
     settle().await;
     assert_eq!(counted(), 1, "a dead-letter change subscribed again");
-    // An event the app cannot take (nothing listens on its port) goes to
-    // the new dead-letter topic once its attempts are spent.
+    // An event the app cannot take (past its expiration: not sent; an
+    // app that is not listening is waited for, not dead-lettered) goes to
+    // the new dead-letter topic.
     let feed = COUNTED_FEED
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone()
         .expect("subscribed");
-    let outcome = feed
-        .deliver(raw("undeliverable"))
-        .await
-        .expect("subscribed");
+    let expired = serde_json::json!({"specversion": "1.0", "id": "x1", "source": "test",
+        "type": "t", "data": "x", "expiration": "2001-01-01T00:00:00Z"});
+    let expired = rewire_runtime::Message {
+        content_type: Some("application/cloudevents+json".into()),
+        data: expired.to_string().into_bytes(),
+        ..raw("")
+    };
+    let outcome = feed.deliver(expired).await.expect("subscribed");
     tokio::time::timeout(Duration::from_secs(300), outcome)
         .await
         .expect("settled within its attempts")
