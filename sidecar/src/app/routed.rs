@@ -51,7 +51,7 @@ impl AppTarget {
             // (deliveries, the listing, configuration updates) as a
             // default header: a request's own `dapr-api-token` would win,
             // but a message's metadata never passes one on (`passed_on`).
-            AppProtocol::Http => match reqwest::Client::builder()
+            AppProtocol::Http => match crate::plain_http::client_builder()
                 .default_headers(
                     token
                         .iter()
@@ -441,8 +441,11 @@ mod tests {
 
     /// The app's HTTP client is built in a process where nothing installed
     /// a rustls provider (a library host serving the app without the
-    /// APIs): reqwest, built without one of its own, panicked there. Run
-    /// in a fresh process, as the provider is set once per process.
+    /// APIs): reqwest, built without one of its own, panicked there; and
+    /// where there is no CA bundle (a distroless image): the app is always
+    /// `http://`, so no system certificate is read (reqwest's platform
+    /// verifier failed the build, "builder error"). Run in a fresh
+    /// process, as the provider and the environment are process-wide.
     #[test]
     fn the_apps_http_client_is_built_without_a_provider_installed_before() {
         const NAME: &str =
@@ -455,7 +458,9 @@ mod tests {
         let output = testkit::output(
             std::process::Command::new(std::env::current_exe().expect("test binary"))
                 .args(["--exact", NAME, "--test-threads=1"])
-                .env(PROVIDER_CHILD, "1"),
+                .env(PROVIDER_CHILD, "1")
+                .env("SSL_CERT_FILE", "/nonexistent/ca.pem")
+                .env("SSL_CERT_DIR", "/nonexistent"),
         );
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
