@@ -258,35 +258,58 @@ impl ExportTls {
     /// `builder` trusting only the CA (when one is given), else only the
     /// system's roots as read (none: an error saying to give the CA), and
     /// presenting the client identity (when one is given).
-    fn reqwest(
-        &self,
-        mut builder: reqwest::ClientBuilder,
-    ) -> Result<reqwest::ClientBuilder, String> {
-        let roots = match &self.ca {
-            // Fixed words, as for every PEM error: never the file's text.
-            Some(ca) => reqwest::Certificate::from_pem_bundle(ca)
-                .map_err(|_| format!("{}: the certificates cannot be loaded", CA[1]))?,
-            None => self
-                .system_roots()?
-                .certificates
-                .iter()
-                .filter_map(|der| reqwest::Certificate::from_der(der).ok())
-                .collect(),
+    fn reqwest(&self, builder: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, String> {
+        Ok(builder.tls_backend_preconfigured(self.rustls_config()?))
+    }
+
+    /// The rustls configuration (ring) of the OTLP/HTTP client: a bundle
+    /// entry that does not parse as a certificate is skipped, as tonic,
+    /// the components and the CLI skip it (reqwest's own `tls_certs_only`
+    /// failed the whole build on one); refused only when none is left.
+    fn rustls_config(&self) -> Result<rustls::ClientConfig, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        let (added, _skipped) = match &self.ca {
+            Some(ca) => roots.add_parsable_certificates(
+                CertificateDer::pem_slice_iter(ca).filter_map(Result::ok),
+            ),
+            None => {
+                roots.add_parsable_certificates(self.system_roots()?.certificates.iter().cloned())
+            }
         };
-        builder = builder.tls_certs_only(roots);
-        if let Some((cert, key)) = &self.identity {
-            let mut pem = cert.clone();
-            pem.push(b'\n');
-            pem.extend_from_slice(key);
-            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
-                format!(
-                    "{} and {} do not make a client identity",
-                    CLIENT_CERT[1], CLIENT_KEY[1]
-                )
-            })?;
-            builder = builder.identity(identity);
+        if added == 0 {
+            // Fixed words, as for every PEM error: never the file's text.
+            return Err(match &self.ca {
+                Some(_) => format!("{}: no certificate in it can be loaded", CA[1]),
+                None => format!("no system CA certificate can be loaded; give {}", CA[1]),
+            });
         }
-        Ok(builder)
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("cannot configure TLS for the OTLP collector: {e}"))?
+            .with_root_certificates(roots);
+        let mut config = match &self.identity {
+            Some((cert, key)) => {
+                let not_identity = || {
+                    format!(
+                        "{} and {} do not make a client identity",
+                        CLIENT_CERT[1], CLIENT_KEY[1]
+                    )
+                };
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .filter_map(Result::ok)
+                    .collect::<Vec<_>>();
+                // Never the key's text in the message.
+                let key = PrivateKeyDer::from_pem_slice(key).map_err(|_| not_identity())?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|_| not_identity())?
+            }
+            None => builder.with_no_client_auth(),
+        };
+        // reqwest offers HTTP/1.1 (it is built without HTTP/2 here).
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
     }
 
     /// tonic's client configuration: the CA, else the system's roots; the
@@ -625,6 +648,30 @@ pub(super) mod tests {
             .await
             .unwrap_err();
         assert_eq!(exports.load(Ordering::SeqCst), 1, "{error}");
+    }
+
+    /// A CA bundle holding one entry that is no certificate (a PEM block
+    /// of garbage) besides the collector's CA: the OTLP/HTTP exporter to
+    /// an `https://` collector skips the entry, is built and its spans
+    /// arrive. Before: reqwest's `tls_certs_only` refused the whole
+    /// bundle ("builder error"), while tonic skipped the entry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_bad_entry_in_the_bundle_is_skipped_by_the_http_exporter() {
+        crate::crypto::install_ring_provider();
+        let ca = TestCa::new("otlp-http-bad-entry");
+        let bundle = ca.dir().join("bundle-with-garbage.pem");
+        let garbage = "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n";
+        std::fs::write(&bundle, format!("{garbage}{}", ca.ca_pem)).unwrap();
+        let config = server_config(&ca.server("collector"), None);
+        let (addr, exports) = https_collector(config).await;
+        let endpoint = format!("https://localhost:{}/v1/traces", addr.port());
+        let http = settings(OtelProtocol::Http, trusting_path(bundle.to_str().unwrap()));
+        export_once(&http, &endpoint).await.unwrap();
+        assert_eq!(exports.load(Ordering::SeqCst), 1);
+        // Garbage alone: refused, saying so.
+        std::fs::write(&bundle, garbage).unwrap();
+        let error = export_once(&http, &endpoint).await.unwrap_err();
+        assert!(error.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{error}");
     }
 
     #[test]
