@@ -24,9 +24,10 @@
 //! `keyPrefix` literal, the id as a decimal value) go on: the first
 //! request for a key (per instance) reads the decimal value there — and
 //! at `{keyPrefixPath}sequencer|||{key}` when `keyPrefixPath` is set, and
-//! at the counter's own key, taken over in one write with the record that
-//! holds it ([`EtcdCounters::take_over_counter_key`]) — and ids go on
-//! above it. Only while the
+//! last at the counter's own key, taken over in one write with a record
+//! that goes on above every value read
+//! ([`EtcdCounters::take_over_counter_key`]) — and ids go on above it.
+//! Only while the
 //! counter has no record of rewire's yet (no id of it handed out): other
 //! clients may write those keys (a config store's `SaveConfiguration`
 //! without a key prefix), so a counter in use never follows them; a value
@@ -215,23 +216,15 @@ impl EtcdSequencer {
                 .await
                 .map_err(SequencerError::Backend)?
         {
-            // Rewire handed out ids from this counter: the earlier layout
-            // was read then. Read again, a key another client wrote there
-            // since (a config item) would lift, or jump, the counter.
+            // Rewire's record stands: written only once every earlier
+            // key was read (before rewire's first id of the counter, or by
+            // the take-over of its own key, which holds the highest value
+            // read). Read again, a key another client wrote there since (a
+            // config item) would lift, or jump, the counter.
             self.remember_migrated(key);
             migrate = false;
         }
         if migrate {
-            // A decimal at the counter's own key (an earlier key itself
-            // with `keyPrefix: none`) is taken over with the record that
-            // holds it, in one write: the bump below empties that key.
-            if let Some(value) = counters
-                .take_over_counter_key(&keys)
-                .await
-                .map_err(SequencerError::Backend)?
-            {
-                floor = floor.max(value);
-            }
             // The earlier layout's other keys this configuration names (a
             // key the user may not read is warned about)...
             let mut named = vec![old_rewire_key(&self.metadata.key_prefix, key)];
@@ -250,14 +243,30 @@ impl EtcdSequencer {
                 .map(|old| (old, false))
                 .chain(quiet.then_some((default, true)))
                 .filter(|(old, _)| *old != keys.counter);
+            let mut earlier = None;
             for (old, quiet) in old {
                 if let Some(value) = counters
                     .read_old(&old, quiet)
                     .await
                     .map_err(SequencerError::Backend)?
                 {
-                    floor = floor.max(value);
+                    earlier = earlier.max(Some(value));
                 }
+            }
+            // Last, a decimal at the counter's own key (an earlier key
+            // itself with `keyPrefix: none`) is taken over, in one write,
+            // with the record that goes on above it and every value read
+            // above: once the record stands no old key is read again (the
+            // bump below empties that key), so it must cover them all.
+            if let Some(value) = counters
+                .take_over_counter_key(&keys, earlier)
+                .await
+                .map_err(SequencerError::Backend)?
+            {
+                earlier = earlier.max(Some(value));
+            }
+            if let Some(value) = earlier {
+                floor = floor.max(value);
             }
         }
         for refused in 0..MAX_ATTEMPTS {

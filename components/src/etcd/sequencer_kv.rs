@@ -186,15 +186,24 @@ impl EtcdCounters {
     /// `/ids/sequencer|||orders` is the earlier key): in one transaction,
     /// only while rewire's record is absent and the key is as read, the
     /// decimal is replaced by an empty value (as Layotto's counter) and the
-    /// record is written holding it (an offset such that that put's id is
-    /// the decimal, none when the version is past it already). A later
-    /// reader so finds either the decimal or the record, never neither: a
-    /// request that fails after the decimal is gone, or one that reads the
-    /// key just after another request emptied it, still goes on above it.
-    /// The decimal (the floor it sets), `None` when the record stands or
-    /// the key holds no decimal (a value that is no number is taken as
-    /// absent, with a warning).
-    pub async fn take_over_counter_key(&self, keys: &CounterKeys) -> Result<Option<i64>, String> {
+    /// record is written going on above it and above `earlier`, the
+    /// highest value the earlier layout's other keys held (an offset such
+    /// that that put's id is the higher of the two; none when the version
+    /// is past it already). Called once those keys were read: once the
+    /// record stands no request reads them again, so it must cover them
+    /// (a request failing after the take-over, or one that finds the
+    /// record while another is still reading them, goes on above them).
+    /// A later reader so finds either the decimal or the record, never
+    /// neither: a request that fails after the decimal is gone, or one
+    /// that reads the key just after another request emptied it, still
+    /// goes on above it. The decimal (the floor it sets), `None` when the
+    /// record stands or the key holds no decimal (a value that is no
+    /// number is taken as absent, with a warning).
+    pub async fn take_over_counter_key(
+        &self,
+        keys: &CounterKeys,
+        earlier: Option<i64>,
+    ) -> Result<Option<i64>, String> {
         let key = &keys.counter;
         for _ in 0..MAX_JUMPS {
             let request = TxnRequest {
@@ -223,9 +232,10 @@ impl EtcdCounters {
             let Some(value) = old_decimal(key, &kv.value, false) else {
                 return Ok(None);
             };
+            let above = earlier.map_or(value, |earlier| earlier.max(value));
             // The put below makes the version one more; its id is then
-            // the decimal (never handed out: the next one is above it).
-            let offset = value.saturating_sub(kv.version.saturating_add(1)).max(0);
+            // `above` (never handed out: the next one is above it).
+            let offset = above.saturating_sub(kv.version.saturating_add(1)).max(0);
             let record = format!("{offset}@{}", kv.create_revision);
             let request = TxnRequest {
                 compare: vec![
@@ -255,7 +265,7 @@ impl EtcdCounters {
                 if offset > 0 {
                     tracing::warn!(
                         counter = %key,
-                        to = value.saturating_add(1),
+                        to = above.saturating_add(1),
                         "The sequencer's counter took over the earlier layout's value at its key and jumped above it: its ids are now an offset kept in `{}` plus the key's version, which Layotto's sidecars do not read; they must not share this counter any more.",
                         keys.offset
                     );
@@ -266,7 +276,8 @@ impl EtcdCounters {
             // key meanwhile: read again.
         }
         Err(format!(
-            "counter `{key}`: the earlier layout's value there was not taken over after              {MAX_JUMPS} tries (other clients kept changing it)"
+            "counter `{key}`: the earlier layout's value there was not taken over after \
+             {MAX_JUMPS} tries (other clients kept changing it)"
         ))
     }
 

@@ -68,7 +68,9 @@ const MAX_ATTEMPTS: usize = 16;
 ///
 /// A counter holding a double (`1e+17`: an early script wrote lifts past
 /// about 1e14 that way, and `INCRBY` refuses it for ever) is first set to
-/// the integer [`lifted_double`] says, in either key; digits past `i64`
+/// the integer [`lifted_double`] says, in either key, and one with
+/// leading zeros (`007`, a hand edit `INCRBY` refuses) to its plain
+/// digits; digits past `i64`
 /// are no integer (`INCRBY` refuses them: an old key holding them is
 /// ignored, as on a Redis Cluster); a counter (`KEYS[1]`)
 /// that is no number at all is refused, saying what to do — by
@@ -116,14 +118,20 @@ local function fits(digits, negative)
   digits = string.gsub(digits, "^0+(%d)", "%1")
   return not below(negative and "9223372036854775808" or "9223372036854775807", digits)
 end
--- The counter as an integer string, or nil and why not.
+-- The counter as an integer string INCRBY takes (no leading zeros, no
+-- `-0`: a hand edit such as `007` passes tonumber, not INCRBY), or nil and
+-- why not.
 local function integer(key, value)
   if not value then
     return value
   end
   local sign, digits = string.match(value, "^(%-?)(%d+)$")
   if digits and fits(digits, sign == "-") then
-    return value
+    digits = string.gsub(digits, "^0+(%d)", "%1")
+    if digits == "0" then
+      sign = ""
+    end
+    return sign .. digits
   end
   local lift = lifted(value)
   if not lift then

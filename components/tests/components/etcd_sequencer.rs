@@ -599,4 +599,42 @@ mod earlier_value_at_the_counter_key {
             assert!(matches!(id, Ok(id) if id > EARLIER), "{id:?}");
         }
     }
+
+    /// The counter's own key holds an earlier decimal (100), the earlier
+    /// default key `sequencer|||orders` a higher one: the record the
+    /// take-over writes goes on above both, as once it stands no request
+    /// reads the old keys again. etcd refusing the jump (`--max-txn-ops
+    /// 3`) fails a first request that still needs one; the next requests
+    /// go on above both. Before: the take-over came first, its record
+    /// held only 100, the first request failed on its jump above the
+    /// default key's value, and the next one (as one arriving while the
+    /// first read the default key) found the record, read no old key and
+    /// handed out 101, an id the earlier layout gave under the default key.
+    #[tokio::test]
+    async fn the_take_over_goes_on_above_the_other_earlier_keys() {
+        let server = TwinEtcd::start_with(&["--max-txn-ops", "3"]).await;
+        put(&server.endpoint(), "/ids/sequencer|||orders", "100").await;
+        let earlier = EARLIER.to_string();
+        put(&server.endpoint(), "sequencer|||orders", &earlier).await;
+        let ids = sequencer_of(
+            "app1",
+            "etcd-own-other",
+            "etcd",
+            metadata(server.endpoint()),
+        )
+        .await;
+        let first = ids.get_next_id(next("orders")).await;
+        assert!(first.as_ref().map_or(true, |id| *id > EARLIER), "{first:?}");
+        let restarted = sequencer_of(
+            "app1",
+            "etcd-own-other",
+            "etcd",
+            metadata(server.endpoint()),
+        )
+        .await;
+        for ids in [&ids, &restarted] {
+            let id = ids.get_next_id(next("orders")).await;
+            assert!(matches!(id, Ok(id) if id > EARLIER), "{id:?}");
+        }
+    }
 }

@@ -740,3 +740,26 @@ async fn redis_an_earlier_layout_key_past_i64_is_no_counter() {
         "{refused:?}"
     );
 }
+
+/// A counter holding an integer with leading zeros (`007`, a hand edit)
+/// goes on from its value: the script sets it to its plain digits before
+/// `INCRBY`, which refuses leading zeros (before: the script took it as an
+/// integer and every request failed "value is not an integer or out of
+/// range"). `-0` is 0.
+#[tokio::test]
+async fn redis_a_counter_with_leading_zeros_goes_on() {
+    let server = RedisServer::start().await;
+    for (key, value) in [("z", "007"), ("minus-zero", "-0"), ("zero", "000")] {
+        server
+            .query(&["SET", &format!("sequencer|||test||{key}"), value])
+            .await
+            .unwrap();
+    }
+    let ids = sequencer("redis", json!({"redisHost": server.addr()})).await;
+    assert_eq!(ids.get_next_id(strong("z")).await, Ok(8));
+    assert_eq!(ids.get_next_id(strong("z")).await, Ok(9));
+    assert_eq!(ids.get_next_id(strong("minus-zero")).await, Ok(1));
+    assert_eq!(ids.get_next_id(strong("zero")).await, Ok(1));
+    let counter = server.query(&["GET", "sequencer|||test||z"]).await;
+    assert_eq!(counter.unwrap(), ["9"]);
+}
