@@ -540,7 +540,8 @@ impl EventSink for StreamSink {
     /// Bounded by the client's progress ([`CLIENT_WITHIN`], or an inbound
     /// policy's `within` when longer), and by `within` from when the
     /// event is the oldest the client has out (an event given up on, not
-    /// yet answered late, counting as out for up to that limit).
+    /// yet answered late, counting as out for up to that limit, or until
+    /// the client answers an event written after it).
     async fn send(&self, event: &TopicEvent, within: Duration) -> DeliveryOutcome {
         if let Some(outcome) = event.unreadable_over_grpc() {
             return outcome;

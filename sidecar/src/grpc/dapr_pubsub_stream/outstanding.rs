@@ -20,7 +20,11 @@
 //! It also keeps the order events were written in, so an event's own time
 //! can start when every event written before it is settled
 //! ([`Held::oldest`]): what a client handling events one at a time, in
-//! order, as the Dapr SDKs do, starts on next.
+//! order, as the Dapr SDKs do, starts on next. A marker counts as out
+//! there only until the client answers an event written after it: a
+//! client in order never does that before answering the marker's, so one
+//! that has is handling events at once, and a hung event's marker must
+//! not hold back every later event's time for the stall limit.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
@@ -61,6 +65,10 @@ struct Events {
     next_ticket: u64,
     /// The next order number to write.
     next_order: u64,
+    /// The latest-written event the client has answered (settled, or
+    /// answered late), by its order: markers written before it no longer
+    /// count as out for [`Held::oldest`].
+    latest_answered: Option<u64>,
 }
 
 struct Entry {
@@ -136,6 +144,19 @@ impl Events {
         expired
     }
 
+    /// Whether the event written `order` is a marker the client has gone
+    /// past (answered an event written after it), so not out for
+    /// [`Held::oldest`]: its id stays taken.
+    fn passed_marker(&self, order: u64) -> bool {
+        self.given_up.contains_key(&order)
+            && self.latest_answered.is_some_and(|latest| latest > order)
+    }
+
+    /// Notes that the client answered the event written `order`.
+    fn answered(&mut self, order: u64) {
+        self.latest_answered = Some(self.latest_answered.map_or(order, |l| l.max(order)));
+    }
+
     /// When the next marker's grace ends, if any is kept.
     fn next_expiry(&self) -> Option<Instant> {
         self.given_up_until.first().map(|(until, _)| *until)
@@ -203,12 +224,14 @@ impl Outstanding {
         };
         counted();
         if let Some(order) = late {
+            events.answered(order);
             events.forget_given_up(order);
         } else if let Some(Entry {
             state: State::Written { order, waiter },
             ..
         }) = events.by_id.remove(id)
         {
+            events.answered(order);
             events.written.remove(&order);
             let _ = waiter.send(outcome);
         }
@@ -267,8 +290,9 @@ impl Held<'_> {
     }
 
     /// Resolves once every event written before this one is settled, or
-    /// given up on and answered late (or past its grace): at once when
-    /// this one is settled, or not written.
+    /// given up on and answered late (or past its grace, or passed: the
+    /// client answered an event written after it): at once when this one
+    /// is settled, or not written.
     pub(super) async fn oldest(&self) {
         let mut left = self.outstanding.left.subscribe();
         loop {
@@ -281,7 +305,11 @@ impl Held<'_> {
                     }) if *ticket == self.ticket => *order,
                     _ => return,
                 };
-                if events.written.first() == Some(&order) {
+                let first_out = events
+                    .written
+                    .iter()
+                    .find(|&&before| !events.passed_marker(before));
+                if first_out == Some(&order) {
                     return;
                 }
                 events.next_expiry()

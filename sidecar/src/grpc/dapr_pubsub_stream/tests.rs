@@ -293,8 +293,9 @@ async fn a_late_answer_to_an_event_given_up_on_does_not_settle_the_next_with_its
 
 #[tokio::test(start_paused = true)]
 async fn an_event_given_up_on_and_never_answered_holds_its_id_no_longer_than_the_limit() {
-    // The client answers other events (it is alive) but never o1 again:
-    // the retry is written once o1's grace (the stall limit) has passed.
+    // The client answers other events (it is alive, each within its
+    // 15 s policy) but never o1 again: the retry is written once o1's
+    // grace (the stall limit) has passed.
     let (sink, mut outgoing) = stream(64);
     let first = sent_within(&sink, "o1", Duration::from_secs(5));
     assert_eq!(read(&mut outgoing).await, "o1");
@@ -303,7 +304,7 @@ async fn an_event_given_up_on_and_never_answered_holds_its_id_no_longer_than_the
     let second = sent_within(&sink, "o1", Duration::from_secs(5));
     for n in 0.. {
         let id = format!("p{n}");
-        let other = sent_within(&sink, &id, Duration::from_secs(5));
+        let other = sent_within(&sink, &id, Duration::from_secs(15));
         let next = read(&mut outgoing).await;
         if next == "o1" {
             break;
@@ -353,6 +354,30 @@ async fn a_serial_client_late_on_an_event_given_up_on_is_not_charged_for_the_nex
     tokio::time::sleep(Duration::from_secs(3)).await;
     sink.answer("e2", DeliveryOutcome::Success);
     assert_eq!(bounded(second).await.ok(), Some(DeliveryOutcome::Success));
+    assert!(!sink.end.is_closed(), "the stream goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_marker_the_client_went_past_does_not_hold_back_the_next_events_time() {
+    // Policy 5 s, a client handling events at once: h1 and h2 hang, p0 is
+    // answered at 1 s. h1 is given up on at 5 s and never answered late;
+    // the client answered p0, written after it, so it is not in order and
+    // h2's time starts at 5 s (given up on at 10 s), not once h1's marker
+    // is gone at the stall limit.
+    let (sink, mut outgoing) = stream(64);
+    let h1 = sent_within(&sink, "h1", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "h1");
+    let h2 = sent_within(&sink, "h2", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "h2");
+    let p0 = sent_within(&sink, "p0", Duration::from_secs(5));
+    assert_eq!(read(&mut outgoing).await, "p0");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sink.answer("p0", DeliveryOutcome::Success);
+    assert_eq!(bounded(p0).await.ok(), Some(DeliveryOutcome::Success));
+    assert_eq!(bounded(h1).await.ok(), Some(DeliveryOutcome::Retry));
+    let h2 = tokio::time::timeout(Duration::from_secs(6), h2).await;
+    let h2 = h2.expect("h2 given up on 5 s after h1, not held back by h1's marker");
+    assert_eq!(h2.ok(), Some(DeliveryOutcome::Retry));
     assert!(!sink.end.is_closed(), "the stream goes on");
 }
 
