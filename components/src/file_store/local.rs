@@ -32,9 +32,11 @@
 //! gone ([`held`]): a hung disk never has more puts' blocking writes than
 //! uploads admitted. Its other blocking work (opens, stats, listings,
 //! deletes) runs at most [`blocking_ops::MAX_BLOCKING_OPS`] at once per
-//! root, shared by every store on it (two stores, or the instances reloads
-//! build while an old one's stuck operations still run: [`blocking_ops`]):
-//! a hung mount never takes the process's whole blocking pool.
+//! filesystem (device), shared by every store with its root on it (two
+//! stores, roots in different folders of one mount, or the instances
+//! reloads build while an old one's stuck operations still run:
+//! [`blocking_ops`]): a hung mount never takes the process's whole
+//! blocking pool, however many stores have their roots on it.
 //!
 //! Unix only (names are resolved with `openat`; on Linux `openat2`).
 
@@ -65,11 +67,16 @@ mod held;
 mod listing;
 
 use beneath::{Entry, Kind};
-use blocking_ops::{BlockingOps, RootKey};
+use blocking_ops::BlockingOps;
 use held::{Held, HeldFile};
 
 /// A temporary file untouched this long is a dead put's, whoever wrote it.
 pub const STALE_TEMP: Duration = Duration::from_secs(5 * 60);
+
+/// A root's identity: its device (`st_dev`, the filesystem: its places
+/// for blocking work, [`BlockingOps::of_device`]) and inode (with the
+/// device, the folder: its sweep).
+type RootKey = (u64, u64);
 
 /// Numbers temporary files across every store of the process (two
 /// instances on one root, as across a reload, never pick the same name).
@@ -111,9 +118,9 @@ struct Opened {
     /// resolved beneath it.
     root: Arc<OwnedFd>,
     /// The places of its opens, stats, listings and deletes, shared with
-    /// every store on the root: a hung disk keeps at most
-    /// [`blocking_ops::MAX_BLOCKING_OPS`] threads, however many stores
-    /// (or reloads) it has.
+    /// every store with its root on the same filesystem: a hung disk keeps
+    /// at most [`blocking_ops::MAX_BLOCKING_OPS`] threads, however many
+    /// stores (or reloads, or roots) it has.
     ops: BlockingOps,
 }
 
@@ -139,11 +146,12 @@ impl LocalFileStore {
     }
 
     /// Takes `root` (whose identity is `key`) as the store's root, with
-    /// the places of the stores on it.
+    /// the places of the stores on its filesystem.
     fn open(&self, root: Arc<OwnedFd>, key: RootKey) {
+        let (device, _) = key;
         let _ = self.opened.set(Opened {
             root,
-            ops: BlockingOps::of_root(key),
+            ops: BlockingOps::of_device(device),
         });
     }
 
@@ -461,7 +469,8 @@ fn sweeping() -> &'static std::sync::Mutex<std::collections::HashSet<RootKey>> {
 }
 
 /// The identity of the root `handle`: its device and inode (stores on
-/// one root share its sweep and its places for blocking work).
+/// one root share its sweep; stores on one device, its places for
+/// blocking work).
 fn root_key(handle: BorrowedFd<'_>) -> std::io::Result<RootKey> {
     let stat = rustix::fs::fstat(handle)?;
     #[allow(clippy::useless_conversion)]
@@ -654,18 +663,23 @@ mod tests {
         store
     }
 
-    /// Two stores on one root (two components, or the instance a reload
-    /// builds while the old one's stuck operations still run), the first
-    /// with every place of the root taken by an operation stuck on its
-    /// disk (time paused: moved by hand): a stat on the second waits,
-    /// never starting, and fails once they have run the bound. Before,
-    /// each store had its own places: the stat started another thread on
-    /// the stuck disk, and each reload added 32 more.
+    /// Two stores with their roots in two folders of one filesystem (one
+    /// root per tenant under one mount; one root shared, as by two
+    /// components or a reload's new instance, is the same case), the first
+    /// with every place of the filesystem taken by an operation stuck on
+    /// its disk (time paused: moved by hand): a stat on the second waits,
+    /// never starting, and fails once nothing has returned for the bound.
+    /// Before, places were a root's (device and inode): the stat started
+    /// another thread on the stuck disk, and each root on the mount added
+    /// 32 more.
     #[tokio::test(start_paused = true)]
-    async fn stores_on_one_root_share_its_places_for_blocking_operations() {
+    async fn stores_on_one_filesystem_share_its_places_for_blocking_operations() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("report.txt"), "x").unwrap();
-        let (first, second) = (store_on(dir.path()), store_on(dir.path()));
+        let (tenant_a, tenant_b) = (dir.path().join("tenant-a"), dir.path().join("tenant-b"));
+        std::fs::create_dir(&tenant_a).unwrap();
+        std::fs::create_dir(&tenant_b).unwrap();
+        std::fs::write(tenant_b.join("report.txt"), "x").unwrap();
+        let (first, second) = (store_on(&tenant_a), store_on(&tenant_b));
         let (release, released) = std::sync::mpsc::channel::<()>();
         let released = Arc::new(std::sync::Mutex::new(released));
         let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
@@ -690,8 +704,14 @@ mod tests {
         for _ in 0..16 {
             tokio::task::yield_now().await;
         }
-        tokio::time::advance(blocking_ops::PLACE_WAIT).await;
-        let refused = stat.await.unwrap().expect_err("no place left on the root");
+        // Past the bound twice over: other tests' operations on this
+        // filesystem may have returned (on their own clocks) just before
+        // the stat was called.
+        tokio::time::advance(2 * blocking_ops::PLACE_WAIT).await;
+        let refused = stat
+            .await
+            .unwrap()
+            .expect_err("no place left on the filesystem");
         assert!(
             refused
                 .to_string()

@@ -1,19 +1,22 @@
-//! The bound on the blocking operations of `local` stores on one root
-//! running at once (opens, stats, listings, deletes). Each runs on tokio's
-//! blocking pool, shared by the whole process (every `tokio::fs` read, DNS
-//! lookups): on a hung mount (NFS, FUSE) each call would keep a thread for
-//! good, and a flood of calls would take the pool's 512 threads, stalling
-//! every other user of it — downloads, redis reconnections. The places are
-//! the root's, not a store's ([`BlockingOps::of_root`]): every store on it
-//! (two stores, or the instances a reload builds while the old one's stuck
-//! operations still run) shares them. An operation takes a place before it
-//! starts and keeps it until it returns, however long after its caller
-//! gave up. A call finding no place waits for one, in turn; it fails
-//! (never starting another thread on the disk) once it has waited
-//! [`PLACE_WAIT`] and the oldest running operation has run that long too
-//! (the disk is stuck: the error says for how long), or after
-//! [`BUSY_WAIT`] while operations keep returning (a slow disk under load,
-//! a flood of listings, is not taken for a hung one). Puts are bounded by
+//! The bound on the blocking operations of `local` stores on one
+//! filesystem running at once (opens, stats, listings, deletes). Each runs
+//! on tokio's blocking pool, shared by the whole process (every `tokio::fs`
+//! read, DNS lookups): on a hung mount (NFS, FUSE) each call would keep a
+//! thread for good, and a flood of calls would take the pool's 512
+//! threads, stalling every other user of it — downloads, redis
+//! reconnections. The places are the filesystem's (its device, `st_dev`),
+//! not a store's nor a root's ([`BlockingOps::of_device`]): a hung mount
+//! stalls every folder on it, so every store with its root there (two
+//! stores, one root per tenant under one NFS mount, or the instances a
+//! reload builds while the old one's stuck operations still run) shares
+//! them. An operation takes a place before it starts and keeps it until it
+//! returns, however long after its caller gave up. A call finding no place
+//! waits for one, in turn; it fails (never starting another thread on the
+//! disk) once it has waited [`PLACE_WAIT`] and no operation has returned
+//! for that long either (the disk is stuck: the error says for how long),
+//! or after [`BUSY_WAIT`] while operations keep returning (a slow disk
+//! under load, a flood of listings, or one operation stuck while the
+//! other places cycle, is not taken for a hung disk). Puts are bounded by
 //! the sidecar's uploads instead ([`super::held`]).
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,40 +27,43 @@ use rewire_runtime::FileError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// Blocking operations on one root running at once.
+/// Blocking operations on one filesystem running at once.
 pub(super) const MAX_BLOCKING_OPS: usize = 32;
-/// How long a call waits for a place before failing, if the oldest
-/// running operation has run that long too (the disk is stuck).
+/// How long a call waits for a place before failing, if no operation has
+/// returned for that long either (the disk is stuck).
 pub(super) const PLACE_WAIT: Duration = Duration::from_secs(10);
 /// Longest a call waits for a place while operations keep returning.
 pub(super) const BUSY_WAIT: Duration = Duration::from_secs(60);
 
-/// A root's identity: its device and inode.
-pub(super) type RootKey = (u64, u64);
+/// A filesystem's identity: the device (`st_dev`) of a folder on it.
+pub(super) type Device = u64;
 
-/// The places of the blocking operations on one root (cheap to clone:
-/// clones share them).
+/// The places of the blocking operations on one filesystem (cheap to
+/// clone: clones share them).
 #[derive(Debug, Clone)]
 pub(super) struct BlockingOps(Arc<Places>);
 
-/// What the stores on one root share.
+/// What the stores on one filesystem share.
 #[derive(Debug)]
 struct Places {
     free: Arc<Semaphore>,
     running: Mutex<Running>,
     max: usize,
-    /// How long the oldest operation runs before a waiting call fails.
+    /// How long a waiting call waits, no operation returning meanwhile,
+    /// before it fails.
     wait: Duration,
     /// How long a call waits at most.
     busy_wait: Duration,
 }
 
 /// When each running operation took its place, by serial (serials are
-/// given in order of time: the first entry is the oldest).
+/// given in order of time: the first entry is the oldest), and when one
+/// last returned.
 #[derive(Debug, Default)]
 struct Running {
     next: u64,
     started: BTreeMap<u64, Instant>,
+    last_returned: Option<Instant>,
 }
 
 /// A place taken by an operation: given back, and the operation counted
@@ -72,14 +78,17 @@ struct Taken {
 
 impl Drop for Taken {
     fn drop(&mut self) {
-        self.places.running().started.remove(&self.serial);
+        let mut running = self.places.running();
+        running.started.remove(&self.serial);
+        running.last_returned = Some(Instant::now());
     }
 }
 
-/// The places of every root with a store (or a stuck operation) alive.
-fn roots() -> MutexGuard<'static, HashMap<RootKey, Weak<Places>>> {
-    static ROOTS: OnceLock<Mutex<HashMap<RootKey, Weak<Places>>>> = OnceLock::new();
-    ROOTS
+/// The places of every filesystem with a store (or a stuck operation)
+/// alive.
+fn devices() -> MutexGuard<'static, HashMap<Device, Weak<Places>>> {
+    static DEVICES: OnceLock<Mutex<HashMap<Device, Weak<Places>>>> = OnceLock::new();
+    DEVICES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -90,16 +99,20 @@ impl Places {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// When the oldest running operation took its place.
-    fn oldest(&self) -> Option<Instant> {
-        self.running().started.values().next().copied()
+    /// When the oldest running operation took its place, and when an
+    /// operation last returned.
+    fn oldest_and_last_returned(&self) -> (Option<Instant>, Option<Instant>) {
+        let running = self.running();
+        (
+            running.started.values().next().copied(),
+            running.last_returned,
+        )
     }
 }
 
 impl BlockingOps {
     /// `max` places, not shared with any other store: a call waiting
-    /// `wait` for one fails if the oldest running operation has run `wait`
-    /// too.
+    /// `wait` for one fails if no operation has returned for `wait` either.
     pub(super) fn new(max: usize, wait: Duration) -> Self {
         Self::with_waits(max, wait, BUSY_WAIT)
     }
@@ -115,17 +128,17 @@ impl BlockingOps {
         }))
     }
 
-    /// The places of the root `key` ([`MAX_BLOCKING_OPS`]), shared by
-    /// every store on it as long as one is alive or one of their
-    /// operations still runs.
-    pub(super) fn of_root(key: RootKey) -> Self {
-        let mut roots = roots();
-        if let Some(places) = roots.get(&key).and_then(Weak::upgrade) {
+    /// The places of the filesystem `device` ([`MAX_BLOCKING_OPS`]),
+    /// shared by every store with its root on it (whatever folder) as long
+    /// as one is alive or one of their operations still runs.
+    pub(super) fn of_device(device: Device) -> Self {
+        let mut devices = devices();
+        if let Some(places) = devices.get(&device).and_then(Weak::upgrade) {
             return Self(places);
         }
-        roots.retain(|_, places| places.strong_count() > 0);
+        devices.retain(|_, places| places.strong_count() > 0);
         let ops = Self::new(MAX_BLOCKING_OPS, PLACE_WAIT);
-        roots.insert(key, Arc::downgrade(&ops.0));
+        devices.insert(device, Arc::downgrade(&ops.0));
         ops
     }
 
@@ -145,8 +158,8 @@ impl BlockingOps {
     }
 
     /// Waits for a place (in turn: the semaphore is fair) until one is
-    /// free, the call and the oldest running operation have both waited
-    /// the bound, or the call has waited [`BUSY_WAIT`].
+    /// free, the call has waited the bound with no operation returning
+    /// meanwhile, or the call has waited [`BUSY_WAIT`].
     async fn take(&self) -> Result<Taken, FileError> {
         let places = &self.0;
         let called = Instant::now();
@@ -154,11 +167,10 @@ impl BlockingOps {
         let free = Arc::clone(&places.free).acquire_owned();
         tokio::pin!(free);
         loop {
-            // Looked at again when the call has waited the bound and the
-            // oldest operation (or, if none is counted yet, one starting
-            // now) has run it.
-            let started = places.oldest().unwrap_or_else(Instant::now);
-            let stuck_at = started.max(called) + places.wait;
+            // Looked at again once the call has waited the bound since it
+            // was called or an operation last returned, whichever is later.
+            let (_, returned) = places.oldest_and_last_returned();
+            let stuck_at = returned.map_or(called, |at| at.max(called)) + places.wait;
             tokio::select! {
                 biased;
                 place = &mut free => {
@@ -169,14 +181,17 @@ impl BlockingOps {
                 () = tokio::time::sleep_until(stuck_at.min(give_up)) => {}
             }
             let now = Instant::now();
-            let waited = now.saturating_duration_since(called);
-            let ran = places
-                .oldest()
-                .map(|started| now.saturating_duration_since(started));
-            if let Some(ran) = ran {
-                if waited >= places.wait && ran >= places.wait {
+            let (oldest, returned) = places.oldest_and_last_returned();
+            let quiet_since = returned.map_or(called, |at| at.max(called));
+            // Stuck: operations run (none has returned for the bound,
+            // while this call waited it); the error says how long the disk
+            // has held operations without returning one.
+            if let Some(oldest) = oldest {
+                if now.saturating_duration_since(quiet_since) >= places.wait {
+                    let held =
+                        now.saturating_duration_since(returned.map_or(oldest, |at| at.max(oldest)));
                     return Err(FileError::Backend(format!(
-                        "the file store's disk has not returned an operation for {ran:?} \
+                        "the file store's disk has not returned an operation for {held:?} \
                          (a hung mount?); while {} are running, no more are started until \
                          one returns",
                         places.max
@@ -302,9 +317,10 @@ mod tests {
     /// behind operations that return, none running that long: it waits
     /// on and runs (before, it failed as "the disk has not returned" after
     /// its own 100 ms, a failure the store's breaker counts). Then an
-    /// operation stuck 140 ms, the call behind it waiting 100 ms of them:
-    /// the call fails, naming how long the operation has run, and its
-    /// operation never starts.
+    /// operation stuck 140 ms, nothing returning since, the call behind it
+    /// waiting 100 ms of them: the call fails, naming how long the disk
+    /// has held the operation without returning it, and its operation
+    /// never starts.
     #[tokio::test(start_paused = true)]
     async fn a_call_waits_behind_operations_that_return_and_fails_once_one_has_run_the_bound() {
         let ops = BlockingOps::new(1, Duration::from_millis(100));
@@ -363,6 +379,58 @@ mod tests {
             "{refused}"
         );
         assert!(!ran.load(Ordering::SeqCst), "it started on the stuck disk");
+        drop(release_stuck);
+        stuck.await.unwrap().unwrap();
+    }
+
+    /// Two places, a bound of 100 ms (time paused, moved by hand): one
+    /// operation stuck for good (a stale handle, one endless listing)
+    /// while the other place keeps cycling. A call queued behind the
+    /// cycling ones waits 120 ms, the stuck one having run all of them,
+    /// but an operation returned 60 ms ago: the disk is not stuck, the
+    /// call waits on and runs in its turn. Before, it failed as "the disk
+    /// has not returned an operation (a hung mount?)", a failure the
+    /// store's breaker counts, although operations returned all along.
+    #[tokio::test(start_paused = true)]
+    async fn one_stuck_operation_does_not_fail_calls_while_the_other_places_keep_returning() {
+        let ops = BlockingOps::with_waits(2, Duration::from_millis(100), Duration::from_secs(1));
+        let (stuck, stuck_started, release_stuck) = held_call(&ops);
+        stuck_started.await.unwrap();
+        let (b, b_started, release_b) = held_call(&ops);
+        b_started.await.unwrap();
+        let (c, c_started, release_c) = held_call(&ops);
+        settle().await;
+        let ran = Arc::new(AtomicBool::new(false));
+        let waiting = {
+            let (ops, ran) = (ops.clone(), Arc::clone(&ran));
+            tokio::spawn(async move {
+                ops.run(move || {
+                    ran.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+                .await
+            })
+        };
+        settle().await;
+        tokio::time::advance(Duration::from_millis(60)).await;
+        drop(release_b);
+        b.await.unwrap().unwrap();
+        // The place B gave back went to C, queued ahead of the call.
+        c_started.await.unwrap();
+        // The call has waited 120 ms, the stuck operation run 120 ms; B
+        // returned 60 ms ago.
+        tokio::time::advance(Duration::from_millis(60)).await;
+        settle().await;
+        assert!(
+            !waiting.is_finished(),
+            "failed as a hung disk while operations return: {:?}",
+            waiting.await
+        );
+        assert!(!ran.load(Ordering::SeqCst), "it started out of turn");
+        drop(release_c);
+        c.await.unwrap().unwrap();
+        waiting.await.unwrap().expect("its turn came");
+        assert!(ran.load(Ordering::SeqCst));
         drop(release_stuck);
         stuck.await.unwrap().unwrap();
     }
