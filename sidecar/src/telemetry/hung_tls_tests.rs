@@ -189,21 +189,27 @@ async fn a_read_stuck_for_good_is_tried_again_on_a_new_thread() {
     let reads = TlsReads::new(read, DEADLINE);
     let ca = TestCa::new("stuck-for-good");
     let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
-    let error = reads.read(&files).await.err().expect("hung");
+    let error = reads.read(&files, true).await.err().expect("hung");
     assert!(error.contains("did not finish within"), "{error}");
     advance(TRY_AGAIN_AFTER - Duration::from_secs(1)).await;
-    let again = reads.read(&files).await.err().expect("refused");
+    let again = reads.read(&files, true).await.err().expect("refused");
     assert_eq!(again, error, "the same words while stuck (logged once)");
     assert_eq!(started.load(Ordering::SeqCst), 1, "no thread before due");
     advance(Duration::from_secs(1)).await;
-    assert!(reads.read(&files).await.is_err(), "tried again, hung");
+    assert!(reads.read(&files, true).await.is_err(), "tried again, hung");
     assert_eq!(started.load(Ordering::SeqCst), 2);
     advance(TRY_AGAIN_AFTER).await;
-    assert!(reads.read(&files).await.is_err(), "the wait doubled");
+    assert!(reads.read(&files, true).await.is_err(), "the wait doubled");
     assert_eq!(started.load(Ordering::SeqCst), 2);
     advance(TRY_AGAIN_AFTER).await;
-    assert!(reads.read(&files).await.is_ok(), "the remounted files");
-    assert!(reads.read(&files).await.is_ok(), "read at once from now on");
+    assert!(
+        reads.read(&files, true).await.is_ok(),
+        "the remounted files"
+    );
+    assert!(
+        reads.read(&files, true).await.is_ok(),
+        "read at once from now on"
+    );
     assert_eq!(started.load(Ordering::SeqCst), 4);
     drop(keep);
 }
@@ -217,7 +223,7 @@ async fn at_most_eight_reads_stay_stuck() {
     let ca = TestCa::new("stuck-ceiling");
     let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
     for _ in 0..(3 * MAX_STUCK_READS) {
-        assert!(reads.read(&files).await.is_err());
+        assert!(reads.read(&files, true).await.is_err());
         advance(Duration::from_secs(3600)).await;
     }
     assert_eq!(started.load(Ordering::SeqCst), MAX_STUCK_READS);
@@ -262,9 +268,9 @@ async fn reads_answering_between_hangs_still_pin_at_most_eight_threads() {
     let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
     let mut remounted = 0;
     for _ in 0..10 {
-        assert!(reads.read(&files).await.is_err(), "hung, or refused");
+        assert!(reads.read(&files, true).await.is_err(), "hung, or refused");
         advance(TRY_AGAIN_AFTER).await;
-        remounted += usize::from(reads.read(&files).await.is_ok());
+        remounted += usize::from(reads.read(&files, true).await.is_ok());
     }
     let reading = || started.load(Ordering::SeqCst) - returned.load(Ordering::SeqCst);
     until_at_least(MAX_STUCK_READS, reading).await;
@@ -289,7 +295,7 @@ async fn reads_started_side_by_side_pin_at_most_eight_threads() {
     let reads = TlsReads::new(read, DEADLINE);
     let ca = TestCa::new("side-by-side");
     let files = settings(ENDPOINT, Some(&ca.ca_path)).tls;
-    let at_once = (0..10).map(|_| reads.read(&files));
+    let at_once = (0..10).map(|_| reads.read(&files, true));
     let answers = futures_util::future::join_all(at_once).await;
     until_at_least(MAX_STUCK_READS, || started.load(Ordering::SeqCst)).await;
     assert_eq!(started.load(Ordering::SeqCst), MAX_STUCK_READS);
@@ -406,10 +412,31 @@ mod system_roots {
             runtime.block_on(spans_reach_a_collector_trusted_through_the_system_roots());
             return;
         }
+        // An `http://` collector: the system's roots are never asked for
+        // (before: waited on, 5 s with the FIFO, then a thread pinned).
+        for (protocol, endpoint, tls) in [
+            (OtelProtocol::Http, "http://127.0.0.1:4318/v1/traces", false),
+            (OtelProtocol::Grpc, "http://127.0.0.1:4317", false),
+            (OtelProtocol::Http, "https://127.0.0.1:4318/v1/traces", true),
+            (OtelProtocol::Grpc, "127.0.0.1:4317", true),
+        ] {
+            let settings = TraceSettings {
+                protocol,
+                endpoint: Some(endpoint.into()),
+                ..grpc()
+            };
+            assert_eq!(super::super::dials_tls(&settings), tls, "{endpoint}");
+            if !tls {
+                let contents = TlsReads::default()
+                    .read_blocking(&settings.tls, super::super::dials_tls(&settings))
+                    .expect("no file");
+                assert!(!contents.system_roots_read(), "{endpoint}: roots asked for");
+            }
+        }
         // Start-up's path: the files (none) and the roots waited for on
         // this thread, at most the read deadline.
         let tls = TlsReads::default()
-            .read_blocking(&settings.tls)
+            .read_blocking(&settings.tls, true)
             .and_then(|contents| contents.check())
             .expect("no file to refuse");
         let _entered = runtime.enter();
@@ -458,7 +485,7 @@ mod system_roots {
         let settings = grpc();
         // A reload's path: the roots read off the workers.
         let tls = TlsReads::default()
-            .read(&settings.tls)
+            .read(&settings.tls, true)
             .await
             .and_then(|contents| contents.check())
             .expect("no file to refuse");

@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use rewire_runtime::config::OtelProtocol;
 use rewire_runtime::Runtime;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::subscriber::Interest;
@@ -246,7 +247,10 @@ impl Telemetry {
     /// [`apply`]: waits here (at most the read deadline) for the files.
     fn apply(&self, settings: &TraceSettings) {
         let number = self.next_apply.fetch_add(1, Ordering::Relaxed);
-        let read = exports(settings).then(|| self.tls_reads.read_blocking(&settings.tls));
+        let read = exports(settings).then(|| {
+            self.tls_reads
+                .read_blocking(&settings.tls, dials_tls(settings))
+        });
         self.apply_read(number, settings, read);
     }
 
@@ -254,7 +258,11 @@ impl Telemetry {
     async fn apply_off_workers(&self, settings: &TraceSettings) {
         let number = self.next_apply.fetch_add(1, Ordering::Relaxed);
         let read = if exports(settings) {
-            Some(self.tls_reads.read(&settings.tls).await)
+            Some(
+                self.tls_reads
+                    .read(&settings.tls, dials_tls(settings))
+                    .await,
+            )
         } else {
             None
         };
@@ -452,6 +460,21 @@ fn shown_endpoint(endpoint: &str) -> String {
 /// Whether `settings` export spans (their TLS files are then read).
 fn exports(settings: &TraceSettings) -> bool {
     settings.enabled() && settings.endpoint.is_some()
+}
+
+/// Whether the collector of `settings` may be dialled over TLS, so that
+/// without a CA the system's roots are read for it: an `https://` URL;
+/// for gRPC an endpoint without a scheme too (`OTEL_EXPORTER_OTLP_INSECURE`
+/// decides when the channel is built). An `http://` collector never
+/// waits on the system's roots (a bundle on a hung mount, a FIFO).
+fn dials_tls(settings: &TraceSettings) -> bool {
+    let Some(endpoint) = settings.endpoint.as_deref() else {
+        return false;
+    };
+    match settings.protocol {
+        OtelProtocol::Http => tls::is_https(endpoint),
+        OtelProtocol::Grpc => tls::is_https(&grpc_channel::with_scheme(endpoint.trim(), false)),
+    }
 }
 
 /// Whether `settings` export with TLS files, which are then re-read every

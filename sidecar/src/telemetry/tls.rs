@@ -111,6 +111,12 @@ impl TlsContents {
         self.ca.is_none()
     }
 
+    /// Whether the system's roots were read (or tried) with these files.
+    #[cfg(test)]
+    pub(super) fn system_roots_read(&self) -> bool {
+        self.system_roots.is_some()
+    }
+
     /// These contents with the system's roots as read (or why not).
     pub(super) fn with_system_roots(mut self, roots: Result<Arc<SystemRoots>, String>) -> Self {
         self.system_roots = Some(roots);
@@ -364,7 +370,7 @@ impl ExportTls {
 
 /// Whether `endpoint` is an `https://` URL (any case, leading blanks
 /// skipped).
-fn is_https(endpoint: &str) -> bool {
+pub(super) fn is_https(endpoint: &str) -> bool {
     endpoint
         .trim_start()
         .get(..8)

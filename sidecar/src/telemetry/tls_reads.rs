@@ -105,10 +105,16 @@ impl TlsReads {
     /// The files' contents, waiting at most the deadline on this thread
     /// (an async worker too: the wait is bounded). No thread is started
     /// for the files when none is named. Without a CA, the system's roots
-    /// are waited for too, as long at most (a fresh read is taken as is).
-    pub(super) fn read_blocking(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+    /// are waited for too, as long at most (a fresh read is taken as is),
+    /// only when `tls` (the collector is dialled over TLS: an `http://`
+    /// one never needs them, and must not wait on them).
+    pub(super) fn read_blocking(
+        &self,
+        files: &ExportTlsFiles,
+        tls: bool,
+    ) -> Result<TlsContents, String> {
         let contents = self.read_files_blocking(files)?;
-        if !contents.wants_system_roots() {
+        if !tls || !contents.wants_system_roots() {
             return Ok(contents);
         }
         let roots = rewire_runtime::system_roots::preload_blocking(self.deadline);
@@ -133,10 +139,15 @@ impl TlsReads {
     }
 
     /// The files' contents, waiting at most the deadline without holding
-    /// the async worker (and, without a CA, the system's roots as well).
-    pub(super) async fn read(&self, files: &ExportTlsFiles) -> Result<TlsContents, String> {
+    /// the async worker (and, without a CA, the system's roots as well
+    /// when `tls`, as [`TlsReads::read_blocking`]).
+    pub(super) async fn read(
+        &self,
+        files: &ExportTlsFiles,
+        tls: bool,
+    ) -> Result<TlsContents, String> {
         let contents = self.read_files(files).await?;
-        if !contents.wants_system_roots() {
+        if !tls || !contents.wants_system_roots() {
             return Ok(contents);
         }
         let roots = rewire_runtime::system_roots::preload_within(self.deadline).await;
