@@ -160,7 +160,7 @@ impl TlsContents {
     /// the file, never a key's text.
     pub(super) fn check(self) -> Result<ExportTls, String> {
         let named = |variable: &str, path: &Option<PathBuf>| match path {
-            Some(path) => format!("{variable} ({})", path.display()),
+            Some(path) => format!("{variable} ({})", shown_path(path)),
             None => variable.to_string(),
         };
         let ca = match self.ca {
@@ -220,7 +220,35 @@ fn read_pem(path: &Path, variable: &str) -> Result<Vec<u8>, String> {
             "{variable}: must name a PEM file, not hold the PEM itself (its value is not shown)"
         ));
     }
-    rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|e| format!("{variable}: {e}"))
+    rewire_runtime::read_bounded(path, MAX_PEM_BYTES).map_err(|e| {
+        if looks_like_path(path) {
+            format!("{variable}: {e}")
+        } else {
+            // The library's message quotes the path: the value itself.
+            format!("{variable}: the file it names cannot be read (its value is not shown)")
+        }
+    })
+}
+
+/// `path` as an error or a log shows it: itself only when it looks like
+/// a path ([`looks_like_path`]), else words saying it is not shown (a
+/// key given on one line, base64 without PEM markers, must never be
+/// printed).
+pub(super) fn shown_path(path: &Path) -> String {
+    match looks_like_path(path) {
+        true => path.display().to_string(),
+        false => "its value is not shown".to_string(),
+    }
+}
+
+/// Whether `path` looks like a file path: it starts with `/`, `./`,
+/// `../` or `~`, is at most 255 bytes and holds no blank.
+fn looks_like_path(path: &Path) -> bool {
+    let text = path.as_os_str().as_encoded_bytes();
+    let rooted = [&b"/"[..], b"./", b"../", b"~"]
+        .iter()
+        .any(|start| text.starts_with(start));
+    rooted && text.len() <= 255 && !text.iter().any(u8::is_ascii_whitespace)
 }
 
 /// Whether a variable meant to name a file holds something else: the PEM
@@ -426,6 +454,23 @@ pub(super) mod tests {
         assert!(err.contains("must name a PEM file"), "{err}");
         let shown = crate::telemetry::tls_reads::shown(&files);
         assert!(!shown.contains(body), "{shown}");
+        // The key's DER in base64 on one line, no PEM markers: not a
+        // path, never shown (it is tried as a relative path and not found).
+        let one_line: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
+        let files = ExportTlsFiles {
+            client_cert: Some(client.cert_path.clone()),
+            client_key: Some(PathBuf::from(&one_line)),
+            ..ExportTlsFiles::default()
+        };
+        let err = files.read().err().expect("refused");
+        assert!(!err.contains(&one_line[..40]), "{err}");
+        assert!(err.contains("OTEL_EXPORTER_OTLP_CLIENT_KEY"), "{err}");
+        let shown = crate::telemetry::tls_reads::shown(&files);
+        assert!(!shown.contains(&one_line[..40]), "{shown}");
+        assert!(
+            shown.contains(&client.cert_path.display().to_string()),
+            "{shown}"
+        );
     }
 
     fn trusting(ca: &TestCa) -> ExportTlsFiles {

@@ -277,7 +277,7 @@ pub(super) fn shown(files: &ExportTlsFiles) -> String {
             path.as_ref()
                 .map(|path| match super::tls::holds_no_path(path) {
                     true => format!("{variable} (not a file path; not shown)"),
-                    false => format!("{variable} ({})", path.display()),
+                    false => format!("{variable} ({})", super::tls::shown_path(path)),
                 })
         })
         .collect::<Vec<_>>()
