@@ -91,13 +91,34 @@ pub(super) fn build_exporter_keeping(
                 .build()
         }
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| without_endpoint_credentials(&e.to_string(), endpoint))?;
     inner.set_resource(
         &Resource::builder_empty()
             .with_service_name(settings.service_name.clone())
             .build(),
     );
     Ok(Exporter { inner, timeout })
+}
+
+/// The library's `error` about `endpoint` as logged: the endpoint shown
+/// without its credentials (it quotes `user:pw@collector:4318/…` as given);
+/// its own words dropped if they still hold them in another form.
+fn without_endpoint_credentials(error: &str, endpoint: &str) -> String {
+    let shown = super::shown_endpoint(endpoint);
+    let error = error.replace(endpoint, &shown);
+    let after_scheme = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    match authority.rsplit_once('@') {
+        Some((credentials, _)) if !credentials.is_empty() && error.contains(credentials) => {
+            format!("the OTLP exporter for {shown} cannot be built")
+        }
+        _ => error,
+    }
 }
 
 /// The provider's span processor: hands finished spans to the queue.
@@ -301,6 +322,36 @@ mod tests {
             status: Status::Unset,
             instrumentation_scope: InstrumentationScope::default(),
         }
+    }
+
+    /// An endpoint the library refuses (no scheme, for OTLP/HTTP) with
+    /// credentials in it: the build error names it without them. Before:
+    /// "invalid endpoint 'user:pw-9x@collector:4318/v1/traces'" was logged.
+    #[test]
+    fn a_refused_endpoint_is_named_without_its_credentials() {
+        let settings = crate::telemetry::TraceSettings {
+            endpoint: None,
+            protocol: rewire_runtime::config::OtelProtocol::Http,
+            sampler: crate::telemetry::SamplerChoice::AlwaysOn,
+            service_name: "build-error-test".into(),
+            export_timeout: std::time::Duration::from_secs(1),
+            tls: crate::telemetry::tls::ExportTlsFiles::default(),
+        };
+        let tls = settings.tls.load().expect("no files");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _entered = runtime.enter();
+        let endpoint = "user:pw-9x@collector:4318/v1/traces";
+        let error = super::build_exporter(&settings, endpoint, &tls)
+            .err()
+            .expect("refused");
+        assert!(!error.contains("pw-9x"), "{error}");
+        assert!(error.contains("collector:4318"), "{error}");
+        // Also with the credentials in another form than given.
+        let other = super::without_endpoint_credentials("bad 'USER:PW-9X@x' user:pw-9x", endpoint);
+        assert!(!other.contains("pw-9x"), "{other}");
     }
 
     /// A span ended after the queue's receiving end is gone is counted as

@@ -446,7 +446,7 @@ impl Telemetry {
 
 /// `endpoint` as logged: without the credentials of its URL, a gRPC
 /// endpoint given without a scheme (`user:pw@collector:4317`) too.
-fn shown_endpoint(endpoint: &str) -> String {
+pub(super) fn shown_endpoint(endpoint: &str) -> String {
     if endpoint.contains("://") {
         return rewire_runtime::without_credentials(endpoint).into_owned();
     }
