@@ -437,19 +437,26 @@ impl TopicDelivery {
             true => TopicEvent::of_raw_payload(&delivery.message, &self.pubsub_name, &self.topic),
             false => TopicEvent::of(&delivery.message, &self.pubsub_name, &self.topic),
         };
-        if super::event_expiry::has_expired(event.expiration().as_deref()) {
-            // As Dapr: not delivered; sent to the dead-letter topic when
-            // one is set, and acknowledged.
-            tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");
-            return self.set_aside(&event, delivery, handle).await.into();
-        }
         self.deliver_routed(&event, delivery, to, handle).await
+    }
+
+    /// Whether `event` is past its `expiration`, said in the log when it
+    /// is: as Dapr, it is then not delivered (see [`Self::set_aside`]).
+    fn expired(&self, event: &TopicEvent) -> bool {
+        let expired = super::event_expiry::has_expired(event.expiration().as_deref());
+        if expired {
+            tracing::warn!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "Dropping an event past its expiration.");
+        }
+        expired
     }
 
     /// Sends an event by the sink's routes, with retries: set aside as
     /// unrouted once no route takes it, asked before every attempt (a
     /// reload may change the routes while the event is retried) and once
-    /// its attempts ran out.
+    /// its attempts ran out; set aside as expired once past its
+    /// `expiration`, also asked before every send (an event that waited
+    /// for an app that was down, or on an open breaker, for longer than
+    /// its time to live is not delivered late).
     async fn deliver_routed(
         &self,
         event: &TopicEvent,
@@ -466,6 +473,11 @@ impl TopicDelivery {
         // spend no attempt, so they are spaced apart by their own waits.
         let mut unreachable_backoff = Backoff::new(FIRST_BACKOFF, UNREACHABLE_BACKOFF_MAX);
         loop {
+            if self.expired(event) {
+                // As Dapr: not delivered; sent to the dead-letter topic
+                // when one is set, and acknowledged.
+                return self.set_aside(event, delivery, handle).await.into();
+            }
             if !to.sink.takes(event) {
                 return self.unrouted(event, delivery, handle).await;
             }

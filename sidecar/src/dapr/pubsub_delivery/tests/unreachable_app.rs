@@ -210,3 +210,35 @@ async fn unreachable_sends_spend_no_attempt_and_are_spaced_apart() {
     assert_eq!(published_to("flapping-dlq"), 0, "dead-lettered");
     runtime.shutdown().await;
 }
+
+/// An event whose `expiration` passes while its app is down (its port
+/// closed for 3 s, the event living 1 s) is not delivered late once the
+/// app listens again: it goes to the dead-letter topic and is
+/// acknowledged, as an event already past its expiration when it came
+/// (before, it was sent to the app however long ago it expired).
+#[tokio::test]
+async fn an_event_that_expires_while_its_app_is_down_is_dead_lettered_not_delivered() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let port = closed_port().await;
+    let (_task, _retire) = deliver_with_dead_letters(
+        &runtime,
+        "expires-waiting",
+        Some("expires-waiting-dlq"),
+        route_to(port),
+    )
+    .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let event = serde_json::json!({"specversion": "1.0", "id": "e1", "source": "s",
+        "type": "t", "data": "x", "expiration": rewire_runtime::rfc3339_utc(now + 1)});
+    let outcome = feed_cloud_event("expires-waiting", event).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (got, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let _app = app_on(port, 200, got).await;
+    assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+    assert_eq!(published_to("expires-waiting-dlq"), 1, "dead-lettered");
+    assert_eq!(received.try_recv().ok(), None, "delivered after it expired");
+    runtime.shutdown().await;
+}
