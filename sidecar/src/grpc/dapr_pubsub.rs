@@ -2,7 +2,6 @@
 //! `BulkPublishEvent`) on the shared [`PubSubOps`](crate::dapr::PubSubOps),
 //! with Dapr's codes.
 
-use tonic::codegen::http::{HeaderMap, HeaderName};
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
@@ -24,21 +23,12 @@ fn current_trace() -> (Option<String>, Option<String>) {
         .unwrap_or_else(|_| (crate::telemetry::propagation::current_traceparent(), None))
 }
 
-/// The W3C trace headers, named once (a name given as text is parsed on
-/// every lookup).
-const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
-
-/// The W3C trace headers of a request, passed into the CloudEvent.
+/// The W3C trace headers of a request, passed into the CloudEvent: read
+/// as W3C asks, as the call's span reads them
+/// ([`trace_headers`](crate::telemetry::propagation::trace_headers)).
 pub(super) fn trace_context(metadata: &MetadataMap) -> (Option<String>, Option<String>) {
-    let headers: &HeaderMap = metadata.as_ref();
-    let get = |name: &HeaderName| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from)
-    };
-    (get(&TRACEPARENT), get(&TRACESTATE))
+    let (traceparent, tracestate) = crate::telemetry::propagation::trace_headers(metadata.as_ref());
+    (traceparent.map(String::from), tracestate)
 }
 
 /// `PublishEvent`: one event, wrapped in a CloudEvent unless

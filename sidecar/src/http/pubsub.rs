@@ -80,10 +80,13 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// The trace headers a published event carries (see
-/// [`event_trace`](crate::telemetry::propagation::event_trace)).
+/// [`event_trace`](crate::telemetry::propagation::event_trace)), from the
+/// call's read as W3C asks
+/// ([`trace_headers`](crate::telemetry::propagation::trace_headers)).
 fn event_trace(headers: &HeaderMap) -> (Option<String>, Option<String>) {
-    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    crate::telemetry::propagation::event_trace(text("traceparent"), text("tracestate"))
+    use crate::telemetry::propagation;
+    let (traceparent, tracestate) = propagation::trace_headers(headers);
+    propagation::event_trace(traceparent, tracestate.as_deref())
 }
 
 /// `POST` (or `PUT`) `/v1.0/publish/{pubsub}/{topic}`.
@@ -288,5 +291,24 @@ mod tests {
             raw.expect_err("no event").to_string(),
             parsed.expect_err("no event").to_string()
         );
+    }
+
+    /// A publish's trace headers are read as W3C asks, as the call's span
+    /// reads them: a `traceparent` given twice is none (outside a traced
+    /// span the event carries none), several `tracestate` headers are
+    /// joined. Before, the first of each went into the event.
+    #[test]
+    fn a_published_event_reads_the_trace_headers_as_w3c_asks() {
+        const VALID: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut headers = HeaderMap::new();
+        headers.append("traceparent", VALID.parse().unwrap());
+        headers.append("tracestate", "a=1".parse().unwrap());
+        headers.append("tracestate", "b=2".parse().unwrap());
+        assert_eq!(
+            event_trace(&headers),
+            (Some(VALID.to_string()), Some("a=1,b=2".to_string()))
+        );
+        headers.append("traceparent", VALID.parse().unwrap());
+        assert_eq!(event_trace(&headers), (None, None));
     }
 }

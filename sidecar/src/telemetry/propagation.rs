@@ -2,9 +2,7 @@
 //! incoming HTTP or gRPC call continue the caller's trace; the context of
 //! the current span goes out with published events.
 
-use std::borrow::Cow;
-
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
@@ -17,6 +15,11 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use super::calls_traced;
 
 const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
+
+/// The W3C trace headers, named once (a name given as text is parsed on
+/// every lookup).
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The caller's trace context in `headers`, when tracing is on and the
 /// call carries one valid `traceparent` ([`context_in_http`]).
@@ -32,16 +35,25 @@ pub fn caller_of_grpc(metadata: &MetadataMap) -> Option<Context> {
 /// The trace context in `headers` ([`remote`]): their `traceparent` when
 /// given once, their `tracestate` headers joined.
 fn context_in_http(headers: &HeaderMap) -> Option<Context> {
-    let values = |name| headers.get_all(name).iter().map(|v| v.to_str().ok());
-    let tracestate = joined(values("tracestate"));
-    remote(only_one(values("traceparent")), tracestate.as_deref())
+    let (traceparent, tracestate) = trace_headers(headers);
+    remote(traceparent, tracestate.as_deref())
 }
 
 /// The trace context in gRPC `metadata`, as [`context_in_http`].
 fn context_in_grpc(metadata: &MetadataMap) -> Option<Context> {
-    let values = |name| metadata.get_all(name).iter().map(|v| v.to_str().ok());
-    let tracestate = joined(values("tracestate"));
-    remote(only_one(values("traceparent")), tracestate.as_deref())
+    context_in_http(metadata.as_ref())
+}
+
+/// The W3C trace headers of a call (HTTP headers, or gRPC metadata's),
+/// as text, read as W3C asks and as [`caller_of_http`] reads them: the
+/// `traceparent` only when given once ([`only_one`]), the `tracestate`
+/// headers joined and cut to whole members within 512 bytes and 32
+/// members ([`joined`]). What a published event's trace is made from
+/// ([`event_trace`]), so the event and the call's span agree.
+pub fn trace_headers(headers: &HeaderMap) -> (Option<&str>, Option<String>) {
+    let values = |name| headers.get_all(name).iter().map(|v| v.to_str().ok());
+    let traceparent = only_one(values(&TRACEPARENT));
+    (traceparent, joined(values(&TRACESTATE)))
 }
 
 /// The value of a header given once, as text; none when it is given more
@@ -53,17 +65,17 @@ fn only_one<'a>(mut values: impl Iterator<Item = Option<&'a str>>) -> Option<&'a
 }
 
 /// The values of a header given any number of times joined with `,`, as
-/// W3C says of several `tracestate` headers; none when one is not text.
-fn joined<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Option<Cow<'a, str>> {
-    let mut all: Option<Cow<'a, str>> = None;
+/// W3C says of several `tracestate` headers, cut as
+/// [`bounded_tracestate`] while they are read: once a member does not fit,
+/// nothing more is copied (a caller's hundred headers are not joined
+/// whole to keep 512 bytes). None when one is not text, or no member is
+/// left.
+fn joined<'a>(values: impl Iterator<Item = Option<&'a str>>) -> Option<String> {
+    let mut kept = BoundedMembers::default();
     for value in values {
-        let value = value?;
-        all = Some(match all {
-            None => Cow::Borrowed(value),
-            Some(before) => Cow::Owned(format!("{before},{value}")),
-        });
+        kept.push_all(value?);
     }
-    all
+    kept.finish()
 }
 
 /// The trace context of `traceparent` when it is W3C's ([`w3c_shaped`])
@@ -225,8 +237,10 @@ impl Extractor for Given<'_> {
 /// current span (the call's `PublishEvent` span, a child of the caller's),
 /// so a subscriber's span is a child of rewire's, as Dapr's is; else the
 /// caller's when its `traceparent` is valid W3C, written as version `00`.
-/// The caller's `tracestate` only with a valid `traceparent`, cut to whole
-/// members within 512 bytes and 32 members. Text that is not a trace
+/// A `tracestate` only with a valid `traceparent`: the current span's
+/// when traced (the caller's as the span took it), else the caller's; cut
+/// to whole members within 512 bytes and 32 members. Both read from the
+/// call as [`trace_headers`] reads them. Text that is not a trace
 /// context is not copied into every event of a bulk publish and on to
 /// every subscriber; nor is a later version's tail, which W3C lets run on
 /// without bound (55 bytes are written, whatever was given).
@@ -234,21 +248,31 @@ pub fn event_trace(
     traceparent: Option<&str>,
     tracestate: Option<&str>,
 ) -> (Option<String>, Option<String>) {
-    event_trace_under(current_traceparent(), traceparent, tracestate)
+    event_trace_under(current_context(), traceparent, tracestate)
 }
 
-/// [`event_trace`] under the current span's `own` traceparent (`None`:
-/// calls are not traced).
+/// [`event_trace`] under the current span's `own` context (`None`: calls
+/// are not traced). Under rewire's own span the `tracestate` is that
+/// span's (the caller's as the span took it: joined, bounded, parsed),
+/// not the caller's text.
 fn event_trace_under(
-    own: Option<String>,
+    own: Option<SpanContext>,
     traceparent: Option<&str>,
     tracestate: Option<&str>,
 ) -> (Option<String>, Option<String>) {
     let Some(given) = valid_context(traceparent) else {
-        return (own, None);
+        return (own.as_ref().map(w3c_traceparent), None);
     };
-    let traceparent = own.unwrap_or_else(|| w3c_traceparent(&given));
-    (Some(traceparent), tracestate.and_then(bounded_tracestate))
+    match own {
+        Some(own) => {
+            let state = own.trace_state().header();
+            (Some(w3c_traceparent(&own)), bounded_tracestate(&state))
+        }
+        None => (
+            Some(w3c_traceparent(&given)),
+            tracestate.and_then(bounded_tracestate),
+        ),
+    }
 }
 
 /// The span context `traceparent` gives, when it is valid W3C
@@ -263,19 +287,50 @@ fn valid_context(traceparent: Option<&str>) -> Option<SpanContext> {
 /// recent vendors first) while they fit 512 bytes and 32 members; empty
 /// members (`a=1,,b=2`) dropped. `None` when nothing is left.
 fn bounded_tracestate(state: &str) -> Option<String> {
-    let mut kept = String::new();
-    let members = state.split(',').map(str::trim).filter(|m| !m.is_empty());
-    for member in members.take(MAX_TRACESTATE_MEMBERS) {
-        let separator = usize::from(!kept.is_empty());
-        if kept.len() + separator + member.len() > MAX_EVENT_TRACESTATE_BYTES {
-            break;
+    let mut kept = BoundedMembers::default();
+    kept.push_all(state);
+    kept.finish()
+}
+
+/// A `tracestate` kept as [`bounded_tracestate`] cuts it, built member by
+/// member.
+#[derive(Default)]
+struct BoundedMembers {
+    kept: String,
+    members: usize,
+    /// A member did not fit, or the members are at W3C's limit: no later
+    /// one is kept.
+    full: bool,
+}
+
+impl BoundedMembers {
+    /// Keeps the members of `state` (`,`-separated) that fit, from the
+    /// left, while none has failed to: none is read once full.
+    fn push_all(&mut self, state: &str) {
+        let members = state.split(',').map(str::trim).filter(|m| !m.is_empty());
+        for member in members {
+            if self.full {
+                break;
+            }
+            let separator = usize::from(!self.kept.is_empty());
+            if self.members == MAX_TRACESTATE_MEMBERS
+                || self.kept.len() + separator + member.len() > MAX_EVENT_TRACESTATE_BYTES
+            {
+                self.full = true;
+                break;
+            }
+            if separator == 1 {
+                self.kept.push(',');
+            }
+            self.kept.push_str(member);
+            self.members += 1;
         }
-        if separator == 1 {
-            kept.push(',');
-        }
-        kept.push_str(member);
     }
-    (!kept.is_empty()).then_some(kept)
+
+    /// What was kept; `None` when nothing was.
+    fn finish(self) -> Option<String> {
+        (!self.kept.is_empty()).then_some(self.kept)
+    }
 }
 
 /// The span of one attempt at delivering an event of `topic` on `pubsub`
@@ -329,13 +384,19 @@ pub fn delivered_trace(
 /// The W3C `traceparent` of the current span, when calls are traced and the
 /// span is part of a trace.
 pub fn current_traceparent() -> Option<String> {
+    current_context().as_ref().map(w3c_traceparent)
+}
+
+/// The context of the current span, when calls are traced and the span is
+/// part of a trace.
+fn current_context() -> Option<SpanContext> {
     if !calls_traced() {
         return None;
     }
     let cx = Span::current().context();
     let span = cx.span();
     let context = span.span_context();
-    context.is_valid().then(|| w3c_traceparent(context))
+    context.is_valid().then(|| context.clone())
 }
 
 /// `context` as a version `00` W3C `traceparent`.
@@ -569,25 +630,84 @@ mod tests {
         assert!(context_in_grpc(&MetadataMap::from_headers(headers)).is_none());
     }
 
+    /// The span context of `traceparent` with `tracestate`.
+    fn span_context(traceparent: &str, tracestate: &str) -> SpanContext {
+        let cx = remote(Some(traceparent), Some(tracestate)).expect("a valid context");
+        let context = cx.span().span_context().clone();
+        context
+    }
+
     /// With calls traced, a published event carries rewire's own span
-    /// (the `PublishEvent` span, a child of the caller's) and the caller's
-    /// bounded `tracestate`, not the caller's span id; untraced, the
-    /// caller's context. Before, the caller's span id went out even when
-    /// rewire's span was there.
+    /// (the `PublishEvent` span, a child of the caller's) and its
+    /// `tracestate` (the caller's as the span took it), not the caller's
+    /// span id nor its raw text; untraced, the caller's context. Before,
+    /// the caller's span id went out even when rewire's span was there.
     #[test]
     fn a_published_event_carries_rewires_own_span_when_traced() {
         let own = "00-0af7651916cd43dd8448eb211c80319c-1111111111111111-01";
+        let own_context = || Some(span_context(own, "vendor=abc,other=1"));
         assert_eq!(
-            event_trace_under(Some(own.to_string()), Some(VALID), Some("vendor=abc")),
-            (Some(own.to_string()), Some("vendor=abc".to_string()))
+            event_trace_under(own_context(), Some(VALID), Some("vendor=raw")),
+            (
+                Some(own.to_string()),
+                Some("vendor=abc,other=1".to_string())
+            )
         );
         assert_eq!(
-            event_trace_under(Some(own.to_string()), Some("xyz"), Some("vendor=abc")),
+            event_trace_under(own_context(), Some("xyz"), Some("vendor=abc")),
             (Some(own.to_string()), None)
         );
         assert_eq!(
             event_trace_under(None, Some(VALID), Some("vendor=abc")),
             (Some(VALID.to_string()), Some("vendor=abc".to_string()))
         );
+    }
+
+    /// A publish's trace headers are read as a call's: a `traceparent`
+    /// given twice is none (so the event carries none, outside a traced
+    /// span), and several `tracestate` headers are joined. Before, the
+    /// first of each was taken.
+    #[test]
+    fn a_published_events_trace_headers_are_read_as_w3c_asks() {
+        let mut headers = HeaderMap::new();
+        headers.append("traceparent", VALID.parse().unwrap());
+        headers.append("tracestate", "a=1".parse().unwrap());
+        headers.append("tracestate", "b=2".parse().unwrap());
+        let (traceparent, tracestate) = trace_headers(&headers);
+        assert_eq!(
+            event_trace_under(None, traceparent, tracestate.as_deref()),
+            (Some(VALID.to_string()), Some("a=1,b=2".to_string()))
+        );
+        headers.append("traceparent", VALID.parse().unwrap());
+        let (traceparent, tracestate) = trace_headers(&headers);
+        assert_eq!(traceparent, None);
+        assert_eq!(
+            event_trace_under(None, traceparent, tracestate.as_deref()),
+            (None, None)
+        );
+    }
+
+    /// Many `tracestate` headers are joined only as far as the bound:
+    /// whole members within 512 bytes and 32 members, as one header of
+    /// them all would be cut; a header that is not text still voids them.
+    #[test]
+    fn many_tracestate_headers_are_joined_only_to_the_bound() {
+        let values: Vec<String> = (0..100)
+            .map(|n| format!("k{n:02}={}", "v".repeat(40)))
+            .collect();
+        let whole = values.join(",");
+        let cut = joined(values.iter().map(|v| Some(v.as_str())));
+        assert_eq!(cut, bounded_tracestate(&whole));
+        assert!(cut.as_ref().is_some_and(|j| j.len() <= 512));
+        let short: Vec<String> = (0..40).map(|n| format!("k{n}=1")).collect();
+        let joined_short = joined_members(&short);
+        assert_eq!(joined_short.split(',').count(), MAX_TRACESTATE_MEMBERS);
+        assert_eq!(Some(joined_short), bounded_tracestate(&short.join(",")));
+        assert_eq!(joined([Some("a=1"), None].into_iter()), None);
+    }
+
+    /// `values` joined as several headers.
+    fn joined_members(values: &[String]) -> String {
+        joined(values.iter().map(|v| Some(v.as_str()))).expect("members kept")
     }
 }
