@@ -283,7 +283,11 @@ impl ExportTls {
         } else {
             crate::plain_http::client_builder()
         };
+        // No redirect is followed: the headers (API keys in
+        // `OTEL_EXPORTER_OTLP_HEADERS`) must not go to another host, and
+        // an `http://` client trusts no root to follow one to `https://`.
         builder
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))
@@ -723,6 +727,61 @@ pub(super) mod tests {
         std::fs::write(&bundle, garbage).unwrap();
         let error = export_once(&http, &endpoint).await.unwrap_err();
         assert!(error.contains("OTEL_EXPORTER_OTLP_CERTIFICATE"), "{error}");
+    }
+
+    /// A collector answering with a redirect to another host: the
+    /// exporter does not follow it (the export fails, nothing reaches the
+    /// other host). Before: reqwest followed up to 10 hops, headers and
+    /// all.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_http_exporter_follows_no_redirect() {
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let elsewhere_port = elsewhere.local_addr().unwrap().port();
+        let reached = Arc::new(AtomicUsize::new(0));
+        let counted = reached.clone();
+        tokio::spawn(async move {
+            while let Ok((_tcp, _)) = elsewhere.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let redirecting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = redirecting.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = redirecting.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if tcp.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let mut body = vec![0u8; length];
+                    let _ = tcp.read_exact(&mut body).await;
+                    let answer = format!(
+                        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{elsewhere_port}/v1/traces\r\ncontent-length: 0\r\n\r\n"
+                    );
+                    let _ = tcp.write_all(answer.as_bytes()).await;
+                    let _ = tcp.flush().await;
+                    let _ = tcp.read(&mut byte).await;
+                });
+            }
+        });
+        let http = settings(OtelProtocol::Http, ExportTlsFiles::default());
+        let endpoint = format!("http://127.0.0.1:{port}/v1/traces");
+        let outcome = export_once(&http, &endpoint).await;
+        assert!(outcome.is_err(), "a redirect is no success");
+        assert_eq!(
+            reached.load(Ordering::SeqCst),
+            0,
+            "the redirect was followed"
+        );
     }
 
     #[test]
