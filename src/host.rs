@@ -77,15 +77,19 @@ pub(crate) const SAME_STOP_WITHIN: Duration = Duration::from_millis(500);
 /// # impl rewire::Component for Greeter {}
 ///
 /// #[rewire::tokio::main(crate = "rewire::tokio")]
-/// async fn main() -> Result<(), rewire::StartError> {
+/// async fn main() -> Result<std::process::ExitCode, rewire::StartError> {
 ///     rewire::init_logging();
 ///     let host = Host::start("rewire.json").await?;
 ///     // Typed access to a component of your own, in the current generation.
 ///     let greeter = host.component::<Greeter>("greeter", "hi");
 ///     // The runtime's untyped handle by key (shadowed by the above).
 ///     let handle = host.runtime().component(ComponentKey::new("greeter", "hi"));
-///     host.run_until_stopped().await;
-///     Ok(())
+///     // Non-zero when a close was abandoned: what it held may not have
+///     // been released.
+///     Ok(match host.run_until_stopped().await {
+///         0 => std::process::ExitCode::SUCCESS,
+///         _abandoned => std::process::ExitCode::FAILURE,
+///     })
 /// }
 /// ```
 #[must_use = "a host runs until `Host::shutdown`; dropped without it, it logs an error and shuts down from its drop"]
@@ -136,23 +140,40 @@ impl Host {
     /// components already started unclosed, and SIGTERM's default action
     /// ends the process with nothing closed.
     ///
+    /// Listen for every signal meant to stop the program, Ctrl-C (SIGINT)
+    /// and SIGTERM both: one not listened for keeps its default action,
+    /// ending the process during the start with nothing closed.
+    ///
     /// A signal listener of tokio's, once created, stands in for the
-    /// signal's default action for the rest of the process: keep the one
-    /// the start listened with and wait on it again, so a signal between
-    /// the start's end and the wait is not missed.
+    /// signal's default action for the rest of the process, and a signal
+    /// is delivered only to the listeners that exist when it comes: one
+    /// arriving between `start_until` returning and
+    /// [`Host::run_until_stopped`] listening is taken by the listener the
+    /// start used (lost if that one was dropped), never seen by
+    /// `run_until_stopped`'s, and the program would go on running. So keep
+    /// one listener for both, as below: wait on the start's again, then
+    /// call [`Host::shutdown`].
     ///
     /// ```no_run
-    /// use rewire::tokio::signal::unix::{signal, SignalKind};
+    /// use rewire::tokio::signal::unix::{signal, Signal, SignalKind};
     /// use rewire::{Host, StartError};
     /// use std::process::ExitCode;
+    ///
+    /// /// The next Ctrl-C (SIGINT) or SIGTERM.
+    /// async fn next_stop(interrupt: &mut Signal, terminate: &mut Signal) {
+    ///     rewire::tokio::select! {
+    ///         _ = interrupt.recv() => {}
+    ///         _ = terminate.recv() => {}
+    ///     }
+    /// }
     ///
     /// #[rewire::tokio::main(crate = "rewire::tokio")]
     /// async fn main() -> ExitCode {
     ///     rewire::init_logging();
+    ///     // Both listened for before the start, and kept until the end.
+    ///     let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT listened for");
     ///     let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM listened for");
-    ///     let stopped = async {
-    ///         terminate.recv().await;
-    ///     };
+    ///     let stopped = next_stop(&mut interrupt, &mut terminate);
     ///     let host = match Host::start_until("rewire.json", stopped).await {
     ///         Ok(host) => host,
     ///         // Stopped while starting, every close ended: a stop carried out.
@@ -162,7 +183,8 @@ impl Host {
     ///             return ExitCode::FAILURE;
     ///         }
     ///     };
-    ///     terminate.recv().await;
+    ///     // The same listeners: a signal since the start ended is seen here.
+    ///     next_stop(&mut interrupt, &mut terminate).await;
     ///     match host.shutdown().await {
     ///         0 => ExitCode::SUCCESS,
     ///         _abandoned => ExitCode::FAILURE,
@@ -226,6 +248,7 @@ impl Host {
     /// on it: this returns at once, saying so, and counts the shutdown
     /// left undone as one abandoned close (it goes on in its task while
     /// the tokio runtime lives).
+    #[must_use = "the number of abandoned closes: exit non-zero when it is not 0 (what they held may not have been released)"]
     pub async fn run_until_stopped(self) -> usize {
         let mut stop = StopSignals::listen();
         stop.wait().await;

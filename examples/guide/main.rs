@@ -104,7 +104,7 @@ impl InPlaceUpdate for LruCache {
 }
 
 #[rewire::tokio::main(crate = "rewire::tokio")]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error>> {
     rewire::init_logging();
     // Starts every component of the file, and follows the file: each edit is a reload.
     let host = rewire::Host::start("rewire.json").await?;
@@ -112,8 +112,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cache = host.component::<LruCache>("cache", "front")?;
     println!("{:?}", cache.lookup().await?);
     drop(cache); // never keep it: a reload may replace the instance
-    host.run_until_stopped().await;
-    Ok(())
+    let abandoned = host.run_until_stopped().await;
+    // Non-zero when a close was abandoned: what it held may not have been released.
+    Ok(match abandoned {
+        0 => std::process::ExitCode::SUCCESS,
+        _ => std::process::ExitCode::FAILURE,
+    })
 }
 
 /// The in-place update staged until the commit (the guide's §4).

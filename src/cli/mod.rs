@@ -113,14 +113,24 @@ enum Format {
 /// into the binary (the community components and the caller's own).
 /// Returns the process's exit code.
 ///
-/// Call it from a plain `fn main`: it builds its own tokio runtime, so
-/// inside one (`#[tokio::main]`) it refuses, saying so, and returns 2
-/// (a program that also needs tokio around it uses [`crate::Host`]).
+/// It builds and runs its own tokio runtime. Called where a tokio runtime
+/// is current (`#[tokio::main] async fn main`, a `spawn_blocking` task, a
+/// `Runtime::enter` guard), it runs on a thread of its own, outside that
+/// runtime, and the calling thread waits for it: a `#[tokio::main]`
+/// runtime's thread is blocked while the sidecar runs (a program that
+/// needs its own tasks beside the sidecar uses [`crate::Host`]).
 pub fn main() -> ExitCode {
-    if let Err(refused) = outside_a_tokio_runtime() {
-        eprintln!("error: {refused}");
-        return ExitCode::from(2);
+    match outside_a_tokio_runtime(main_here) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: cannot start a thread to run rewire outside the caller's tokio runtime: {error}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+/// [`main`]'s body, on a thread where no tokio runtime is current.
+fn main_here() -> ExitCode {
     // Every TLS client and server here is rustls with ring; libraries that
     // build a configuration without naming a provider find it installed.
     rewire_components::tls::install_ring_provider();
@@ -153,16 +163,30 @@ pub fn main() -> ExitCode {
     code
 }
 
-/// Whether [`main`] runs outside of any tokio runtime, as it must: it
-/// builds its own, which tokio refuses to start (a panic) within another.
-fn outside_a_tokio_runtime() -> Result<(), &'static str> {
-    match tokio::runtime::Handle::try_current() {
-        Ok(_) => Err(
-            "call `rewire::main()` from a plain `fn main`, not inside a tokio runtime \
-             (no `#[tokio::main]`): it starts its own",
-        ),
-        Err(_) => Ok(()),
+/// The stack of the thread [`main`] runs on inside a tokio runtime: a
+/// process's main thread has 8 MiB on Linux, a spawned one 2 MiB.
+const MAIN_THREAD_STACK: usize = 8 * 1024 * 1024;
+
+/// Runs `body` where no tokio runtime is current, and returns its result:
+/// on the calling thread when none is, else on a scoped thread of its own
+/// (a thread starts without tokio's context), joined here; a panic in it
+/// goes on here. `body` builds and blocks on a runtime of its own, which
+/// tokio refuses (a panic) on a thread inside another's `block_on` or on
+/// its workers. Fails only when the thread cannot be started.
+fn outside_a_tokio_runtime<T: Send>(body: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(body());
     }
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("rewire-main".to_owned())
+            .stack_size(MAIN_THREAD_STACK)
+            .spawn_scoped(scope, body)?;
+        match thread.join() {
+            Ok(result) => Ok(result),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// Runs the chosen command.
@@ -235,20 +259,62 @@ fn print_stdout(text: &str) {
 mod tests {
     use super::*;
 
-    /// `rewire::main()` from a plain `fn main` goes on.
+    /// Asserts that no tokio runtime is current here and that what `main`'s
+    /// body does works here: building a runtime and blocking on it.
+    /// Returns the thread it ran on.
+    fn no_runtime_current_and_one_can_be_run() -> std::thread::ThreadId {
+        assert!(
+            tokio::runtime::Handle::try_current().is_err(),
+            "a tokio runtime is current where main's body runs"
+        );
+        let own = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime of its own");
+        own.block_on(async { tokio::task::yield_now().await });
+        std::thread::current().id()
+    }
+
+    /// `rewire::main()` from a plain `fn main` runs on the calling thread.
     #[test]
-    fn main_outside_a_tokio_runtime_goes_on() {
-        assert_eq!(outside_a_tokio_runtime(), Ok(()));
+    fn outside_any_runtime_main_runs_on_the_calling_thread() {
+        let ran_on = outside_a_tokio_runtime(no_runtime_current_and_one_can_be_run).unwrap();
+        assert_eq!(ran_on, std::thread::current().id());
     }
 
     /// `rewire::main()` inside a tokio runtime (`#[tokio::main] async fn
-    /// main`) is refused with a line saying how to call it. Before: the
-    /// runtime it builds panicked ("Cannot start a runtime from within a
-    /// runtime").
+    /// main() -> ExitCode { rewire::main() }`) runs on a thread of its own,
+    /// outside it, and returns its result. Before: refused with exit 2
+    /// (and before that, the runtime it builds panicked, "Cannot start a
+    /// runtime from within a runtime").
     #[tokio::test]
-    async fn main_inside_a_tokio_runtime_is_refused_saying_how_to_call_it() {
-        let refused = outside_a_tokio_runtime().unwrap_err();
-        assert!(refused.contains("from a plain `fn main`"), "{refused}");
-        assert!(refused.contains("not inside a tokio runtime"), "{refused}");
+    async fn inside_a_tokio_runtime_main_runs_on_its_own_thread_outside_it() {
+        let ran_on = outside_a_tokio_runtime(no_runtime_current_and_one_can_be_run).unwrap();
+        assert_ne!(ran_on, std::thread::current().id());
+    }
+
+    /// `spawn_blocking(|| rewire::main())`, where a runtime's handle is
+    /// current but building and blocking on another works: it runs (on a
+    /// thread of its own). Before: refused with exit 2, though it had
+    /// worked.
+    #[tokio::test]
+    async fn under_spawn_blocking_main_runs_outside_the_runtime() {
+        let (caller, ran_on) = tokio::task::spawn_blocking(|| {
+            let ran_on = outside_a_tokio_runtime(no_runtime_current_and_one_can_be_run);
+            (std::thread::current().id(), ran_on.unwrap())
+        })
+        .await
+        .unwrap();
+        assert_ne!(ran_on, caller);
+    }
+
+    /// A panic in `main`'s body, run on its own thread, goes on in the
+    /// caller, as it would have on the caller's thread.
+    #[tokio::test]
+    async fn a_panic_on_mains_own_thread_goes_on_in_the_caller() {
+        let caught = std::panic::catch_unwind(|| {
+            outside_a_tokio_runtime(|| -> () { std::panic::panic_any("the body's panic") })
+        })
+        .unwrap_err();
+        assert_eq!(caught.downcast_ref::<&str>(), Some(&"the body's panic"));
     }
 }
