@@ -470,6 +470,21 @@ mod system_roots {
             let built = build_exporter(&settings, endpoint, &tls);
             assert!(built.is_ok(), "{endpoint}: {:?}", built.err());
         }
+        // A pipeline whose exporter was refused because the roots' read
+        // timed out keeps being rechecked (until roots are read), though
+        // no TLS file is named. Before: tracing stayed off until a reload.
+        if case == "hung" {
+            let telemetry = super::super::Telemetry::with_tls_reads(
+                std::sync::Arc::default(),
+                TlsReads::default(),
+            );
+            let settings = TraceSettings {
+                endpoint: Some("https://127.0.0.1:4317".into()),
+                ..grpc()
+            };
+            telemetry.apply(&settings);
+            assert!(telemetry.rechecks(&settings), "not rechecked");
+        }
     }
 
     async fn spans_reach_a_collector_trusted_through_the_system_roots() {

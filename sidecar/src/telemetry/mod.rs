@@ -93,6 +93,11 @@ struct Telemetry {
     next_apply: AtomicU64,
     /// The number of the last apply put in force (under `applied`'s lock).
     last_applied: AtomicU64,
+    /// The last apply found no exporter for want of the system's roots
+    /// (their read timed out or failed): they are read again every
+    /// [`RECHECK_TLS_EVERY`] until an exporter is built, rather than
+    /// tracing staying off until the next reload.
+    roots_unread: AtomicBool,
     stats: Arc<TraceStats>,
 }
 
@@ -152,6 +157,7 @@ impl Telemetry {
             tls_reads,
             next_apply: AtomicU64::new(1),
             last_applied: AtomicU64::new(0),
+            roots_unread: AtomicBool::new(false),
             stats,
         }
     }
@@ -301,12 +307,15 @@ impl Telemetry {
         };
         let shown = shown_endpoint(endpoint);
         let read = read.unwrap_or_else(|| Err("the TLS files were not read".to_string()));
+        let roots_failed = read.as_ref().is_ok_and(TlsContents::system_roots_failed);
+        self.roots_unread.store(roots_failed, Ordering::Relaxed);
         let seen = read
             .as_ref()
             .map(TlsContents::fingerprint)
             .map_err(Clone::clone);
         if let Some(previous) = applied.as_mut().filter(|_| unchanged) {
             if previous.built_from.as_ref().map(|b| Ok(b.fingerprint)) == Some(seen.clone()) {
+                self.roots_unread.store(false, Ordering::Relaxed);
                 if previous.refused.take().is_some() {
                     tracing::info!(endpoint = %shown, "Tracing: the TLS files are back as they were; the exporter in force stays.");
                 }
@@ -345,6 +354,7 @@ impl Telemetry {
         };
         match export::build_exporter(settings, endpoint, &tls.tls) {
             Ok(exporter) => {
+                self.roots_unread.store(false, Ordering::Relaxed);
                 if unchanged {
                     tracing::info!(endpoint = %shown, "Tracing: the TLS files changed; the exporter is rebuilt with them.");
                 }
@@ -477,6 +487,17 @@ fn dials_tls(settings: &TraceSettings) -> bool {
     }
 }
 
+impl Telemetry {
+    /// Whether the follower applies `settings` (the last applied) again
+    /// every [`RECHECK_TLS_EVERY`]: they name TLS files, or their exporter
+    /// was refused for want of the system's roots (a read that timed out
+    /// at start-up would otherwise keep tracing off until a reload).
+    fn rechecks(&self, settings: &TraceSettings) -> bool {
+        follows_tls_files(settings)
+            || (exports(settings) && self.roots_unread.load(Ordering::Relaxed))
+    }
+}
+
 /// Whether `settings` export with TLS files, which are then re-read every
 /// [`RECHECK_TLS_EVERY`].
 fn follows_tls_files(settings: &TraceSettings) -> bool {
@@ -568,7 +589,7 @@ async fn keep_following<T: Clone>(
 ) {
     loop {
         let timer = async {
-            if follows_tls_files(&settings) {
+            if telemetry.rechecks(&settings) {
                 tokio::time::sleep(recheck).await;
             } else {
                 std::future::pending::<()>().await;

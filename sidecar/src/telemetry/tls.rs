@@ -111,6 +111,12 @@ impl TlsContents {
         self.ca.is_none()
     }
 
+    /// Whether the system's roots were wanted with these files and could
+    /// not be read (the read timed out or failed).
+    pub(super) fn system_roots_failed(&self) -> bool {
+        matches!(self.system_roots, Some(Err(_)))
+    }
+
     /// Whether the system's roots were read (or tried) with these files.
     #[cfg(test)]
     pub(super) fn system_roots_read(&self) -> bool {
