@@ -65,12 +65,15 @@ impl tower_service::Service<http::Request<Body>> for ConnectNoticed {
     }
 }
 
-/// Whether `err` is a failure to connect to the app.
+/// Whether `err` is a failure to connect to the app because nothing
+/// listened there (refused, no route: see
+/// [`nothing_listens`](super::http_route::nothing_listens)); a connector
+/// failing otherwise (a TLS handshake, a name, a timeout) is not one.
 fn could_not_connect(err: &tonic::transport::Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
     while let Some(err) = cause {
         if err.is::<tonic::ConnectError>() {
-            return true;
+            return super::http_route::nothing_listens(err);
         }
         cause = err.source();
     }

@@ -173,6 +173,15 @@ impl GrpcApp {
         }
     }
 
+    /// Whether the app's port takes connections now; false when its
+    /// address is not known.
+    async fn listens_now(&self) -> bool {
+        match &self.listening_on {
+            Some(app) => super::takes_connections(&app.address).await,
+            None => false,
+        }
+    }
+
     /// [`deliver`](Self::deliver), `None` when a call could not connect to
     /// the app at all and nothing answered (so the app cannot have seen
     /// the event: see `EventSink::send_if_reachable`).
@@ -185,6 +194,13 @@ impl GrpcApp {
         let (outcome, not_connected) =
             noticing_unconnected(self.deliver(path, event, within)).await;
         match (outcome, not_connected) {
+            (DeliveryOutcome::Retry, true) if self.listens_now().await => {
+                // Its port is open, yet the call could not connect (the
+                // way there fails): waiting for the port would not mend
+                // it, so the send spends an attempt.
+                tracing::debug!(id = %crate::dapr::logged(&event.id), "The app's port is open but the call could not connect to it; retried.");
+                Some(DeliveryOutcome::Retry)
+            }
             (DeliveryOutcome::Retry, true) => {
                 tracing::debug!(id = %crate::dapr::logged(&event.id), "The app could not be reached; the event waits for it.");
                 None

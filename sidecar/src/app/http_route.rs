@@ -217,6 +217,42 @@ fn listening_address(url: &str) -> Option<String> {
     ))
 }
 
+/// Whether `err` (a failure to connect) says nothing listened where the
+/// connection went: a refused connection, or no route to the host (an
+/// [`std::io::Error`] of that kind in its chain of sources). A failed TLS
+/// handshake (an untrusted certificate), a name that does not resolve or
+/// a timeout is no such failure: waiting for the port would not mend it.
+pub(super) fn nothing_listens(err: &(dyn std::error::Error + 'static)) -> bool {
+    use std::io::ErrorKind;
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::NotConnected
+                    | ErrorKind::AddrNotAvailable
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+            );
+        }
+        cause = err.source();
+    }
+    false
+}
+
+/// Whether `url`'s host takes connections on its port now; false for a
+/// URL with no host or port. A send that could not connect although the
+/// app listens failed on the way (a proxy refusing, a TLS handshake), not
+/// for want of the app: it spends an attempt rather than wait for a port
+/// that is already open (for ever).
+async fn app_listens(url: &str) -> bool {
+    match listening_address(url) {
+        Some(address) => super::takes_connections(&address).await,
+        None => false,
+    }
+}
+
 /// Delivers `event` as a `POST` of its CloudEvent to `url`; the app's
 /// answer (a retry when it does not end `within`, or when the app could
 /// not be reached).
@@ -288,7 +324,7 @@ pub(super) async fn post_event_if_reachable(
             }
             None => read_outcome(answer).await,
         },
-        Err(err) if err.is_connect() => {
+        Err(err) if err.is_connect() && nothing_listens(&err) && !app_listens(url).await => {
             tracing::debug!(url = %url, error = %err, "The app could not be reached; the event waits for it.");
             return None;
         }

@@ -140,14 +140,28 @@ impl AppChannel {
     }
 }
 
-/// Waits until the app accepts connections on its port (or `shutdown`).
+/// How long one try of whether the app takes connections waits for its
+/// port to answer (an address that drops what is sent to it, never
+/// refusing, would hold a try for the system's ~2 minutes).
+const PROBE_WITHIN: Duration = Duration::from_secs(2);
+
+/// Whether something takes TCP connections at `address` (`host:port`)
+/// now: a connection made within [`PROBE_WITHIN`], and let go.
+pub(super) async fn takes_connections(address: &str) -> bool {
+    let connect = tokio::net::TcpStream::connect(address);
+    matches!(tokio::time::timeout(PROBE_WITHIN, connect).await, Ok(Ok(_)))
+}
+
+/// Waits until the app accepts connections on its port (or `shutdown`),
+/// each try bounded ([`takes_connections`]).
 pub async fn wait_for_app(channel: &AppChannel, shutdown: &CancellationToken) -> bool {
     let mut logged = false;
     loop {
-        if tokio::net::TcpStream::connect(&channel.address)
-            .await
-            .is_ok()
-        {
+        let listening = tokio::select! {
+            () = shutdown.cancelled() => return false,
+            listening = takes_connections(&channel.address) => listening,
+        };
+        if listening {
             return true;
         }
         if !logged {

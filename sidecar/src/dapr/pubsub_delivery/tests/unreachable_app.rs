@@ -242,3 +242,33 @@ async fn an_event_that_expires_while_its_app_is_down_is_dead_lettered_not_delive
     assert_eq!(received.try_recv().ok(), None, "delivered after it expired");
     runtime.shutdown().await;
 }
+
+/// A send that cannot connect while the app listens (here its HTTP client
+/// goes through a proxy that refuses connections; so too an untrusted
+/// certificate) is not taken for an app that is down: waiting for its
+/// port, open all along, would never mend it. Its attempts are spent and
+/// it is dead-lettered (before, it was sent again for ever, never
+/// settled, nothing said above debug).
+#[tokio::test]
+async fn an_event_that_cannot_connect_to_a_listening_app_spends_its_attempts() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let (port, proxy) = (closed_port().await, closed_port().await);
+    let (got, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let _app = app_on(port, 200, got).await;
+    crate::tls::install_ring_provider();
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://127.0.0.1:{proxy}")).expect("a proxy"))
+        .build()
+        .expect("an HTTP client");
+    let route = Arc::new(HttpRoute::new(
+        client,
+        format!("http://127.0.0.1:{port}/orders"),
+    ));
+    let (_task, _retire) =
+        deliver_with_dead_letters(&runtime, "proxied", Some("proxied-dlq"), route).await;
+    let outcome = feed_event("proxied", "p1").await;
+    assert_eq!(settled(outcome).await, DeliveryOutcome::Success);
+    assert_eq!(published_to("proxied-dlq"), 1, "dead-lettered");
+    assert_eq!(received.try_recv().ok(), None, "reached the app");
+    runtime.shutdown().await;
+}
