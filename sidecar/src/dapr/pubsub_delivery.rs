@@ -288,6 +288,7 @@ impl TopicDelivery {
         // Retired: until when it may deliver.
         let mut until: Option<Instant> = None;
         let handover = Arc::new(Handover::new());
+        let waiting = Arc::new(WaitingForApp::default());
         'delivering: loop {
             // How many events it had handed back when it stopped reading.
             let read_until = loop {
@@ -356,6 +357,7 @@ impl TopicDelivery {
                 }
                 let (this, sink, handle) = (self.clone(), sink.clone(), handle.clone());
                 let (runtime, stop, handover) = (runtime.clone(), events.clone(), handover.clone());
+                let waiting = waiting.clone();
                 tokio::spawn(async move {
                     let to = Subscriber {
                         sink: sink.as_ref(),
@@ -363,6 +365,7 @@ impl TopicDelivery {
                         pubsub_name: &this.pubsub_name,
                         raw_payload,
                         stop: &stop,
+                        waiting: &waiting,
                     };
                     this.settle(delivery, to, &handle, &handover).await;
                     drop(permit);
@@ -472,6 +475,8 @@ impl TopicDelivery {
         // The spacing of sends that could not reach the subscriber: they
         // spend no attempt, so they are spaced apart by their own waits.
         let mut unreachable_backoff = Backoff::new(FIRST_BACKOFF, UNREACHABLE_BACKOFF_MAX);
+        // Since when it waits for the subscriber (counted while it does).
+        let mut waiting: Option<(WaitingEvent<'_>, Instant, std::time::SystemTime)> = None;
         loop {
             if self.expired(event) {
                 // As Dapr: not delivered; sent to the dead-letter topic
@@ -493,7 +498,11 @@ impl TopicDelivery {
                 policy.max_retries.map(|most| most.saturating_add(1))
             });
             let outcome = match to.attempt(event, policy.as_deref()).await {
-                Attempt::Answered(outcome) => outcome,
+                Attempt::Answered(outcome) => {
+                    // Reached: it no longer waits for the subscriber.
+                    waiting = None;
+                    outcome
+                }
                 Attempt::Held => {
                     // The breaker is open: the event waits, its attempts
                     // kept, until it lets calls through again.
@@ -507,7 +516,25 @@ impl TopicDelivery {
                     // restart, a deploy): no attempt was spent. The event
                     // waits, its attempts kept, until it listens again.
                     tracing::debug!(pubsub = %self.pubsub_name, topic = %logged(&self.topic), id = %logged(&event.id), "The subscriber could not be reached; the event waits for it.");
-                    if !to.wait_reachable(unreachable_backoff.next_wait()).await {
+                    let (_, since, at) = waiting.get_or_insert_with(|| {
+                        (
+                            to.waiting.wait(),
+                            Instant::now(),
+                            std::time::SystemTime::now(),
+                        )
+                    });
+                    // Said once for the subscription when it has waited
+                    // long (also while this wait goes on).
+                    let wait = to.wait_reachable(unreachable_backoff.next_wait());
+                    tokio::pin!(wait);
+                    let reached = tokio::select! {
+                        reached = &mut wait => reached,
+                        () = tokio::time::sleep_until(*since + WARN_WAITING_AFTER) => {
+                            to.waiting.warn_once(&self.pubsub_name, &self.topic, *at);
+                            wait.await
+                        }
+                    };
+                    if !reached {
                         return DeliveryOutcome::Retry.into();
                     }
                     continue;
@@ -676,6 +703,56 @@ struct Subscriber<'a> {
     /// published, wrapped as Dapr's `FromRawPayload` wraps it.
     raw_payload: bool,
     stop: &'a CancellationToken,
+    /// The subscription's events waiting for an app that is down.
+    waiting: &'a WaitingForApp,
+}
+
+/// How long the subscription's events wait for an app that cannot be
+/// reached before one warning says so.
+const WARN_WAITING_AFTER: Duration = Duration::from_secs(30);
+
+/// The events of one subscription waiting for an app that cannot be
+/// reached: one warning once one waited [`WARN_WAITING_AFTER`], again
+/// only after none waited.
+#[derive(Default)]
+struct WaitingForApp {
+    /// How many events wait.
+    count: std::sync::atomic::AtomicUsize,
+    /// Whether the warning was given since none waited.
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl WaitingForApp {
+    /// One more event waits (until the guard is dropped).
+    fn wait(&self) -> WaitingEvent<'_> {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        WaitingEvent(self)
+    }
+
+    /// Warns, once, that events have waited since `since`.
+    fn warn_once(&self, pubsub: &str, topic: &str, since: std::time::SystemTime) {
+        if self.warned.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let waiting = self.count.load(std::sync::atomic::Ordering::SeqCst);
+        let since = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        let since = rewire_runtime::rfc3339_utc(since);
+        tracing::warn!(pubsub = %pubsub, topic = %logged(topic), waiting, since = %since, "{waiting} events are waiting for the app, which cannot be reached, since {since}.");
+    }
+}
+
+/// One event waiting for the app ([`WaitingForApp::wait`]).
+struct WaitingEvent<'a>(&'a WaitingForApp);
+
+impl Drop for WaitingEvent<'_> {
+    fn drop(&mut self) {
+        let ordering = std::sync::atomic::Ordering::SeqCst;
+        if self.0.count.fetch_sub(1, ordering) == 1 {
+            self.0.warned.store(false, ordering);
+        }
+    }
 }
 
 /// How one attempt at an event ended.

@@ -272,3 +272,70 @@ async fn an_event_that_cannot_connect_to_a_listening_app_spends_its_attempts() {
     assert_eq!(received.try_recv().ok(), None, "reached the app");
     runtime.shutdown().await;
 }
+
+/// Events waiting for an app that stays down are said once, as a warning
+/// for the subscription, after 30 s (not a line per event, nor only at
+/// debug level).
+#[tokio::test(start_paused = true)]
+async fn events_waiting_long_for_their_app_are_warned_of_once() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let sink = Arc::new(NeverReachable::default());
+    let (_task, _retire) = deliver_with_dead_letters(&runtime, "down-long", None, sink).await;
+    let captured = Captured::default();
+    let _logging = log_to(&captured);
+    let _first = feed_event("down-long", "d1").await;
+    let _second = feed_event("down-long", "d2").await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let warned = || captured.text().matches("waiting for the app").count();
+    assert_eq!(warned(), 0, "warned early: {}", captured.text());
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(warned(), 1, "{}", captured.text());
+    assert!(captured.text().contains("2 events"), "{}", captured.text());
+    runtime.shutdown().await;
+}
+
+/// What the log writer wrote (warnings and above).
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        written.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        let written = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&written).into_owned()
+    }
+}
+
+/// Warnings written to `captured` on this thread (events only; a second
+/// dispatcher kept alive so that a callsite's interest is asked per event,
+/// as `logged_ids` does).
+fn log_to(captured: &Captured) -> tracing::subscriber::DefaultGuard {
+    use tracing::subscriber::Interest;
+    use tracing_subscriber::layer::{Layer as _, SubscriberExt as _};
+    static NONE: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    let writer = captured.clone();
+    let warnings = tracing_subscriber::filter::dynamic_filter_fn(|m, _| {
+        m.is_event() && *m.level() <= tracing::Level::WARN
+    })
+    .with_callsite_filter(|m| match m.is_event() {
+        true => Interest::always(),
+        false => Interest::never(),
+    });
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .with_filter(warnings);
+    tracing::subscriber::set_default(tracing_subscriber::registry().with(layer))
+}
