@@ -863,4 +863,48 @@ pub(super) mod tests {
         let outcome = post_event(&long, &url, &event, Duration::from_millis(50)).await;
         assert_eq!(outcome, DeliveryOutcome::Retry, "cut before the app's DROP");
     }
+
+    /// A failure wrapping another (as hyper's and tonic's connect errors
+    /// wrap the socket's).
+    #[derive(Debug)]
+    struct Wrapping(std::io::Error);
+
+    impl std::fmt::Display for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("could not connect")
+        }
+    }
+
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Only a refused connection or no route, found down the chain of
+    /// sources, says nothing listens (the engine then waits for the app's
+    /// port); a TLS handshake failing (rustls' error in an `InvalidData`
+    /// I/O error), a name that does not resolve or a timeout does not.
+    #[test]
+    fn only_a_refused_connection_or_no_route_says_nothing_listens() {
+        use std::io::{Error, ErrorKind};
+        let wrapped = |kind: ErrorKind| Wrapping(Error::new(kind, "at the socket"));
+        for kind in [
+            ErrorKind::ConnectionRefused,
+            ErrorKind::HostUnreachable,
+            ErrorKind::NetworkUnreachable,
+            ErrorKind::AddrNotAvailable,
+        ] {
+            assert!(nothing_listens(&wrapped(kind)), "{kind:?}");
+        }
+        for kind in [
+            ErrorKind::InvalidData,
+            ErrorKind::TimedOut,
+            ErrorKind::Other,
+        ] {
+            assert!(!nothing_listens(&wrapped(kind)), "{kind:?}");
+        }
+        let no_io = std::fmt::Error;
+        assert!(!nothing_listens(&no_io), "no socket error at all");
+    }
 }
