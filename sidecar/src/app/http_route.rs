@@ -26,6 +26,8 @@ use rewire_runtime::DeliveryOutcome;
 use crate::dapr::{EventSink, TopicEvent};
 
 mod app_response;
+#[cfg(test)]
+mod unreachable_app;
 
 use app_response::AppResponseScanner;
 

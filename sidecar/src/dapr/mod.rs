@@ -29,6 +29,9 @@ mod metadata;
 mod pubsub;
 pub(crate) mod pubsub_bulk_event;
 mod pubsub_delivery;
+/// The delivery engine's test set-up, for the app's routes' tests.
+#[cfg(test)]
+pub(crate) use pubsub_delivery::tests as delivery_tests;
 mod pubsub_event;
 mod request_limits;
 mod retry_rule;

@@ -909,7 +909,7 @@ async fn sleep_until(until: Option<Instant>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Mutex;
 
@@ -927,7 +927,7 @@ mod tests {
     /// The topics published to [`FedBroker`] (dead letters), in order.
     static PUBLISHED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-    fn published_to(topic: &str) -> usize {
+    pub(crate) fn published_to(topic: &str) -> usize {
         let published = PUBLISHED.lock().unwrap_or_else(|p| p.into_inner());
         published.iter().filter(|t| *t == topic).count()
     }
@@ -974,7 +974,7 @@ mod tests {
     }
 
     /// A runtime whose pub/sub `p` is a [`FedBroker`], with `resiliency`.
-    async fn runtime_with(resiliency: serde_json::Value) -> Runtime {
+    pub(crate) async fn runtime_with(resiliency: serde_json::Value) -> Runtime {
         let file = parse(
             serde_json::json!({"appId": "app",
                 "components": {"pubsub": {"p": {"type": "test.delivery.fed"}}},
@@ -1001,7 +1001,7 @@ mod tests {
     }
 
     /// [`deliver_to`], with `dead_letter_topic`.
-    async fn deliver_with_dead_letters(
+    pub(crate) async fn deliver_with_dead_letters(
         runtime: &Runtime,
         topic: &str,
         dead_letter_topic: Option<&str>,
@@ -1034,7 +1034,10 @@ mod tests {
     }
 
     /// Feeds event `id` to the subscription to `topic`; its settlement.
-    async fn feed_event(topic: &str, id: &str) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
+    pub(crate) async fn feed_event(
+        topic: &str,
+        id: &str,
+    ) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
         feed_of(topic)
             .deliver(event_message(topic, id))
             .await
@@ -1042,7 +1045,7 @@ mod tests {
     }
 
     /// Feeds `event` to the subscription to `topic`; its settlement.
-    async fn feed_cloud_event(
+    pub(crate) async fn feed_cloud_event(
         topic: &str,
         event: serde_json::Value,
     ) -> tokio::sync::oneshot::Receiver<DeliveryOutcome> {
@@ -1071,7 +1074,7 @@ mod tests {
 
     /// Retires the subscription, waits for its task to end at the limit,
     /// and the settlement of the event `outcome` is for.
-    async fn retired_and_settled(
+    pub(crate) async fn retired_and_settled(
         retire: watch::Sender<bool>,
         task: tokio::task::JoinHandle<()>,
         outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>,
@@ -1273,7 +1276,9 @@ mod tests {
         }
     }
 
-    async fn settled(outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>) -> DeliveryOutcome {
+    pub(crate) async fn settled(
+        outcome: tokio::sync::oneshot::Receiver<DeliveryOutcome>,
+    ) -> DeliveryOutcome {
         tokio::time::timeout(Duration::from_secs(60), outcome)
             .await
             .unwrap_or_else(|_| panic!("settled within a minute"))
@@ -1411,5 +1416,4 @@ mod tests {
     mod handed_back_while_busy;
     mod logged_ids;
     mod raw_payload;
-    mod unreachable_app;
 }

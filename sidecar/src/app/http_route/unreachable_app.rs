@@ -6,10 +6,14 @@
 //! back to the broker.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::*;
+use rewire_runtime::DeliveryOutcome;
+
 use crate::app::HttpRoute;
+use crate::dapr::delivery_tests::*;
+use crate::dapr::{EventSink, TopicEvent, MAX_ATTEMPTS};
 
 /// A local port nothing listens on (bound, then let go).
 async fn closed_port() -> u16 {
