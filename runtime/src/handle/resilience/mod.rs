@@ -359,7 +359,7 @@ impl Applied {
     /// that bound (as a call cut by its timeout would be: a chunk or a
     /// commit taking longer than the policy allows); else it counts neither
     /// way. Only how it ends counts otherwise, an error that tells nothing
-    /// of the component neither way.
+    /// of the component neither way, a panic as a failure.
     pub async fn run_admitted_unless_dropped<T, E: Failure>(
         &self,
         call: impl Future<Output = Result<T, E>>,
@@ -383,6 +383,7 @@ impl Applied {
             held_up,
             blame_after: bound,
         };
+        let call = caught(call);
         tokio::pin!(call);
         let mut next_look = bound;
         let outcome = loop {
@@ -403,6 +404,17 @@ impl Applied {
             }
         };
         let in_flight = abandonable.in_flight.take();
+        // An upload that panicked is the component's failure, as an
+        // attempt's panic is; the panic goes on.
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                if let Some(in_flight) = in_flight {
+                    in_flight.finish(false);
+                }
+                std::panic::resume_unwind(panic);
+            }
+        };
         match (in_flight, &outcome) {
             (Some(in_flight), Err(err)) if !err.tells_of_component() => in_flight.release(),
             (Some(in_flight), Err(err)) => in_flight.finish(!err.is_failure()),

@@ -883,3 +883,29 @@ async fn a_call_that_panics_is_a_failure_and_the_calls_dropped_beside_it_are_not
     }
     assert_eq!(status().map(|s| s.0), Some(BreakerState::Open));
 }
+
+/// An upload whose store panics is the component's failure, as any call
+/// that panics, the panic going on to its caller. Failed before: the
+/// unwinding dropped it unjudged (released), so a store panicking on
+/// every upload never opened its breaker.
+#[tokio::test(start_paused = true)]
+async fn an_upload_that_panics_is_a_failure() {
+    let policies = breaker_alone("consecutiveFailures >= 2");
+    let applied = self::applied(&policies);
+    for _ in 0..2 {
+        let upload = applied.run_admitted_unless_dropped(
+            async {
+                panic!("the store panics");
+                #[allow(unreachable_code)]
+                Ok::<u32, StateError>(0)
+            },
+            || None,
+            GRACE,
+        );
+        assert!(caught(upload).await.is_err(), "the panic goes on");
+    }
+    assert_eq!(
+        applied.breaker_status().map(|s| s.state),
+        Some(BreakerState::Open)
+    );
+}
