@@ -32,6 +32,7 @@ pub mod plain_http;
 pub mod reply_budget;
 pub mod result_code;
 mod server;
+pub mod slots;
 pub mod telemetry;
 pub mod tls;
 pub mod upload_slots;

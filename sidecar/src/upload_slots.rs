@@ -9,10 +9,11 @@
 //! ([`UploadSlot::held_through`]) until that write returns.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use rewire_runtime::{echoed, PutFileRequest};
+use rewire_runtime::PutFileRequest;
+
+use crate::slots::{Full, Slot, Slots};
 
 /// An upload refused: `max` run already.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,42 +26,20 @@ pub struct UploadsFull {
     pub max: usize,
 }
 
-/// The uploads running now, counted against a bound.
-#[derive(Debug, Default)]
-pub struct UploadSlots {
-    running: Arc<AtomicUsize>,
+impl Full for UploadsFull {
+    fn at_bound(store: String, name: String, max: usize) -> Self {
+        Self { store, name, max }
+    }
 }
+
+/// The uploads running now, counted against a bound: a place for the
+/// upload of `name` to file store `store` is [`Slots::take`]n, or refused
+/// with [`UploadsFull`].
+pub type UploadSlots = Slots<UploadsFull>;
 
 /// One upload's place among the [`UploadSlots`]: given back when dropped
 /// (the upload ended, or its call was dropped).
-#[derive(Debug)]
-pub struct UploadSlot {
-    running: Arc<AtomicUsize>,
-}
-
-impl UploadSlots {
-    /// A place for the upload of `name` to file store `store`, if fewer
-    /// than `max` run; else [`UploadsFull`].
-    pub fn take(&self, max: usize, store: &str, name: &str) -> Result<UploadSlot, UploadsFull> {
-        self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
-                (running < max).then_some(running + 1)
-            })
-            .map_err(|_| UploadsFull {
-                store: echoed(store).into_owned(),
-                name: echoed(name).into_owned(),
-                max,
-            })?;
-        Ok(UploadSlot {
-            running: Arc::clone(&self.running),
-        })
-    }
-
-    /// How many run now.
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
-    }
-}
+pub type UploadSlot = Slot<UploadsFull>;
 
 impl UploadSlot {
     /// Runs `put` (the upload's store write) holding this place, given
@@ -72,36 +51,22 @@ impl UploadSlot {
     }
 }
 
-impl Drop for UploadSlot {
-    fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn uploads_past_the_bound_are_refused_naming_it_until_one_ends() {
+    fn a_refused_upload_names_the_bound_the_file_and_the_store() {
         let slots = UploadSlots::default();
-        let first = slots.take(2, "files", "a.bin").expect("room");
-        let _second = slots.take(2, "files", "b.bin").expect("room");
-        let refused = slots.take(2, "files", "c.bin").expect_err("full");
+        let _first = slots.take(1, "files", "a.bin").expect("room");
+        let refused = slots.take(1, "files", "b.bin").expect_err("full");
         let text = crate::dapr::UploadError::from(refused).to_string();
         assert!(
-            text.contains("max_uploads: 2")
-                && text.contains("file `c.bin`")
+            text.contains("max_uploads: 1")
+                && text.contains("file `b.bin`")
                 && text.contains("file store `files`"),
             "{text}"
         );
-        assert_eq!(slots.running(), 2);
-        drop(first);
-        assert_eq!(slots.running(), 1);
-        let _third = slots
-            .take(2, "files", "c.bin")
-            .expect("a place was given back");
-        assert_eq!(slots.running(), 2);
     }
 
     #[tokio::test]

@@ -14,12 +14,11 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rewire_runtime::echoed;
 use tokio::io::{AsyncRead, ReadBuf};
+
+use crate::slots::{Full, Slot, Slots};
 
 /// A download refused: `max` run already.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,42 +36,20 @@ pub struct DownloadsFull {
     pub max: usize,
 }
 
-/// The downloads running now, counted against a bound.
-#[derive(Debug, Default)]
-pub struct DownloadSlots {
-    running: Arc<AtomicUsize>,
+impl Full for DownloadsFull {
+    fn at_bound(store: String, name: String, max: usize) -> Self {
+        Self { store, name, max }
+    }
 }
+
+/// The downloads running now, counted against a bound: a place for the
+/// download of `name` from file store `store` is [`Slots::take`]n, or
+/// refused with [`DownloadsFull`].
+pub type DownloadSlots = Slots<DownloadsFull>;
 
 /// One download's place among the [`DownloadSlots`]: given back when
 /// dropped.
-#[derive(Debug)]
-pub struct DownloadSlot {
-    running: Arc<AtomicUsize>,
-}
-
-impl DownloadSlots {
-    /// A place for the download of `name` from file store `store`, if
-    /// fewer than `max` run; else [`DownloadsFull`].
-    pub fn take(&self, max: usize, store: &str, name: &str) -> Result<DownloadSlot, DownloadsFull> {
-        self.running
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
-                (running < max).then_some(running + 1)
-            })
-            .map_err(|_| DownloadsFull {
-                store: echoed(store).into_owned(),
-                name: echoed(name).into_owned(),
-                max,
-            })?;
-        Ok(DownloadSlot {
-            running: Arc::clone(&self.running),
-        })
-    }
-
-    /// How many run now.
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
-    }
-}
+pub type DownloadSlot = Slot<DownloadsFull>;
 
 impl DownloadSlot {
     /// `reader`, holding this place until it is dropped.
@@ -81,12 +58,6 @@ impl DownloadSlot {
             reader,
             _slot: self,
         }
-    }
-}
-
-impl Drop for DownloadSlot {
-    fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
