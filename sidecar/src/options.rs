@@ -235,6 +235,15 @@ impl ApiOptions {
         if let Some(token) = &to_app {
             check_app_token(token)?;
         }
+        for (name, token) in [
+            ("DAPR_API_TOKEN", &dapr),
+            ("REWIRE_API_TOKEN", &rewire),
+            ("REWIRE_ADMIN_TOKEN", &admin),
+        ] {
+            if let Some(token) = token {
+                check_expected_token(name, token)?;
+            }
+        }
         Ok(Self {
             app_token: dapr.or(rewire).map(ApiToken::new),
             admin_token: admin.map(ApiToken::new),
@@ -264,9 +273,49 @@ fn check_app_token(token: &str) -> Result<(), String> {
     )
 }
 
+/// Refuses a token the sidecar expects (`name` the variable it was read
+/// from) that no caller could present: one holding a control character
+/// (a line feed kept from a mounted secret file) or starting or ending
+/// with a space or tab, which HTTP strips from a header's value. Taken,
+/// the sidecar started healthy and refused every call as unauthenticated.
+/// The error names the variable, never the value.
+fn check_expected_token(name: &str, token: &str) -> Result<(), String> {
+    let control = token.chars().any(char::is_control);
+    let padded = token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']);
+    if !control && !padded {
+        return Ok(());
+    }
+    Err(format!(
+        "the environment variable {name} cannot be presented as a header value: it must not \
+         hold control characters such as a line feed, nor start or end with a space or tab \
+         (callers send it as a header)"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token the sidecar expects with a line feed kept from its file, a
+    /// control character, or spaces around it, is refused at start, naming
+    /// the variable and not the value. Before: taken, and every call was
+    /// refused as unauthenticated while the sidecar reported healthy.
+    #[test]
+    fn an_expected_token_no_header_can_carry_is_refused_naming_its_variable() {
+        for name in ["DAPR_API_TOKEN", "REWIRE_API_TOKEN", "REWIRE_ADMIN_TOKEN"] {
+            for bad in ["s3cret\n", "s3\x01cret", " s3cret", "s3cret\t"] {
+                let lookup = |asked: &str| (asked == name).then(|| OsString::from(bad));
+                let refused = ApiOptions::from_vars(lookup).expect_err("refused");
+                assert!(refused.contains(name), "{refused}");
+                assert!(!refused.contains("s3"), "the value is not shown: {refused}");
+            }
+            let lookup = |asked: &str| (asked == name).then(|| OsString::from("s3 cr\u{e9}t"));
+            assert!(
+                ApiOptions::from_vars(lookup).is_ok(),
+                "{name}: inner space, non-ASCII"
+            );
+        }
+    }
 
     /// A token variable set to bytes that are not UTF-8 is refused, naming
     /// it, whichever it is. Before: taken for unset, so the API it guards
