@@ -12,6 +12,12 @@
 //! either at `0`: never, as Dapr). Subscriptions of one consumer
 //! ID share its entries (competing consumers), as in Dapr.
 //!
+//! A topic is the stream's key as it is, in the key space the state
+//! stores, locks and sequencers on the server use too; a topic holding
+//! `||`, which separates the parts of their keys, is refused on publish
+//! and subscribe (`check_topic`), so no topic can make a stream at
+//! another app's lock, counter or state key.
+//!
 //! On a Redis Cluster (`redisType: cluster`) a topic's stream is one key,
 //! so every command of a subscription goes to the master of its slot.
 //!
@@ -36,9 +42,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 use rewire_runtime::{
-    Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata, PendingInPlace,
-    PubSub, PubSubError, PubSubSubscription, PublishRequest, Readiness, StagedInPlace,
-    SubscribeRequest,
+    echoed, Component, ComponentError, InPlace, InPlaceUpdate, InitContext, Metadata,
+    PendingInPlace, PubSub, PubSubError, PubSubSubscription, PublishRequest, Readiness,
+    StagedInPlace, SubscribeRequest,
 };
 use tracing::{info, warn};
 
@@ -47,6 +53,7 @@ use super::connection::RedisConnection;
 use super::pubsub_connected::Connected;
 use super::pubsub_metadata::{RedisPubSubMetadata, Tunables};
 use super::pubsub_reader::{ensure_group, reading_settings, Permits, Reader};
+use crate::key_prefix::KEY_SEPARATOR;
 use crate::pubsub::PublishGate;
 
 /// How long a close waits for the publishes under way (each bounded by
@@ -201,6 +208,32 @@ impl InPlaceUpdate for RedisPubSub {
     }
 }
 
+/// A topic is its stream's key, in the key space the state stores, locks
+/// and sequencers of the server share, whose keys' parts `||` separates
+/// (`{appId}||{key}`, `lock||{appId}||{resourceId}`,
+/// `sequencer|||{appId}||{key}`): a topic holding it could make a stream
+/// at another app's key and break that key for good (a lock never granted
+/// again, a counter that fails). So it is refused, as a state key, a lock's
+/// resource id or a sequencer's key holding it is; the error names
+/// `component` and the topic (as [`echoed`]). An empty topic is refused
+/// too.
+fn check_topic(component: &str, topic: &str) -> Result<(), PubSubError> {
+    if topic.is_empty() {
+        return Err(PubSubError::Invalid(format!(
+            "pub/sub `{component}`: the topic is empty"
+        )));
+    }
+    if topic.contains(KEY_SEPARATOR) {
+        return Err(PubSubError::Invalid(format!(
+            "pub/sub `{component}`: topic `{}` can't contain `{KEY_SEPARATOR}`: a topic is a \
+             Redis stream key, and `{KEY_SEPARATOR}` separates the parts of the state, lock \
+             and sequencer keys on the server",
+            echoed(topic)
+        )));
+    }
+    Ok(())
+}
+
 /// Adds `new` to the permits of the subscriptions, dropping those of
 /// subscriptions that ended.
 fn register(all: &Mutex<Vec<Weak<Permits>>>, new: &Arc<Permits>) {
@@ -214,11 +247,9 @@ fn register(all: &Mutex<Vec<Weak<Permits>>>, new: &Arc<Permits>) {
 #[rewire_runtime::prelude::async_trait]
 impl PubSub for RedisPubSub {
     async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
-        if req.topic.is_empty() {
-            return Err(PubSubError::Invalid("the topic is empty".into()));
-        }
-        let _pass = self.gate.enter().await?;
         let connected = self.connected()?;
+        check_topic(&connected.label, &req.topic)?;
+        let _pass = self.gate.enter().await?;
         let mut cmd = redis::cmd("XADD");
         cmd.arg(&req.topic);
         if let Some(max_len) = self.tunables.load().max_len_approx {
@@ -242,10 +273,8 @@ impl PubSub for RedisPubSub {
     }
 
     async fn subscribe(&self, req: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
-        if req.topic.is_empty() {
-            return Err(PubSubError::Invalid("the topic is empty".into()));
-        }
         let connected = self.connected()?.clone();
+        check_topic(&connected.label, &req.topic)?;
         let (session, mut conn) = connected.commands().map_err(PubSubError::Backend)?;
         ensure_group(&mut conn, &req.topic, &connected.group)
             .await
@@ -280,8 +309,43 @@ impl PubSub for RedisPubSub {
 
 #[cfg(test)]
 mod tests {
-    use super::{register, Permits};
+    use super::{check_topic, register, Permits};
+    use rewire_runtime::{PubSubError, ECHO_LIMIT};
     use std::sync::Mutex;
+
+    #[test]
+    fn a_topic_holding_the_key_separator_is_refused_naming_component_and_topic() {
+        for topic in [
+            "lock||appA||order-1",
+            "sequencer|||appA||k",
+            "appA||k",
+            "||",
+        ] {
+            let Err(PubSubError::Invalid(message)) = check_topic("pubsub/orders", topic) else {
+                panic!("{topic} must be refused");
+            };
+            assert!(message.contains("pub/sub `pubsub/orders`"), "{message}");
+            assert!(message.contains(&format!("topic `{topic}`")), "{message}");
+            assert!(message.contains("can't contain `||`"), "{message}");
+        }
+        for topic in ["orders", "a|b", "|", "orders|", "sequencer|orders"] {
+            assert_eq!(check_topic("pubsub/orders", topic), Ok(()), "{topic}");
+        }
+        assert!(matches!(
+            check_topic("pubsub/orders", ""),
+            Err(PubSubError::Invalid(message)) if message.contains("empty")
+        ));
+    }
+
+    #[test]
+    fn a_long_refused_topic_is_quoted_cut() {
+        let topic = format!("a||{}", "x".repeat(10 * ECHO_LIMIT));
+        let Err(PubSubError::Invalid(message)) = check_topic("pubsub/orders", &topic) else {
+            panic!("must be refused");
+        };
+        assert!(message.len() < 2 * ECHO_LIMIT + 300, "{message}");
+        assert!(message.contains('…'), "{message}");
+    }
 
     #[test]
     fn the_permits_of_ended_subscriptions_are_dropped_as_others_subscribe() {

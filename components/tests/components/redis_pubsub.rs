@@ -1671,3 +1671,70 @@ async fn a_drain_does_not_deliver_what_a_peers_reclaim_took_over_while_it_looks_
     assert_eq!(next_text(&mut new_sub, DeliveryOutcome::Success).await, "x");
     assert_nothing_pending_soon(&server).await;
 }
+
+/// On one server the state store, locks and sequencer of app `test` share
+/// the key space with the pub/sub's streams: a topic naming one of their
+/// keys (they all hold `||`) is refused, by a publish and by a
+/// subscription, so no stream is made there and the lock, the counter and
+/// the state key keep working.
+#[tokio::test]
+async fn a_topic_naming_a_lock_counter_or_state_key_is_refused_and_leaves_it_working() {
+    use rewire_runtime::{GetRequest, Increment, NextIdRequest, TryLockRequest};
+
+    let server = RedisServer::start().await;
+    let addr = json!({"redisHost": server.addr()});
+    let broker = broker(addr.clone()).await;
+    let locks = match common::start("lock", "redis", addr.clone()).await {
+        Ok(Instance::Lock(locks)) => locks,
+        other => panic!("expected a lock, got {other:?}"),
+    };
+    let sequencer = match common::start("sequencer", "redis", addr.clone()).await {
+        Ok(Instance::Sequencer(sequencer)) => sequencer,
+        other => panic!("expected a sequencer, got {other:?}"),
+    };
+    let state = match common::start("state", "redis", addr).await {
+        Ok(Instance::State(state)) => state,
+        other => panic!("expected a state store, got {other:?}"),
+    };
+
+    for topic in ["lock||test||order-1", "sequencer|||test||k", "test||k"] {
+        let refused = broker.publish(publish(topic, "x")).await;
+        assert!(
+            matches!(&refused, Err(PubSubError::Invalid(message))
+                if message.contains(&format!("topic `{topic}` can't contain `||`"))
+                    && message.contains("pub/sub `pubsub/test-")),
+            "publish to {topic}: {refused:?}"
+        );
+        let req = SubscribeRequest {
+            topic: topic.into(),
+            ..SubscribeRequest::default()
+        };
+        let refused = broker.subscribe(req).await.map(|_| ());
+        assert!(
+            matches!(&refused, Err(PubSubError::Invalid(message)) if message.contains("`||`")),
+            "subscribe to {topic}: {refused:?}"
+        );
+        let exists: Vec<String> = server.query(&["EXISTS", topic]).await.expect("exists");
+        assert_eq!(exists, ["0"], "no stream at {topic}");
+    }
+
+    let take = TryLockRequest {
+        resource_id: "order-1".into(),
+        lock_owner: "alice".into(),
+        expiry: std::time::Duration::from_secs(60),
+    };
+    assert_eq!(locks.try_lock(take).await, Ok(true), "the lock is free");
+    let next = NextIdRequest {
+        key: "k".into(),
+        increment: Increment::Strong,
+        ..NextIdRequest::default()
+    };
+    assert_eq!(sequencer.get_next_id(next).await, Ok(1));
+    let got = state
+        .get(GetRequest {
+            key: "k".into(),
+            ..GetRequest::default()
+        })
+        .await;
+    assert!(got.is_ok(), "the state key reads: {got:?}");
+}
