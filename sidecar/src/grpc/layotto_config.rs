@@ -18,7 +18,7 @@ use tonic::{Status, Streaming};
 
 use super::observe::observed;
 use super::proto::spec::proto::runtime::v1 as pb;
-use super::subscription_queue::{queue, QueueSender, QueuedBytes, Refused};
+use super::subscription_queue::{pieces, queue, ItemTooLarge, QueueSender, QueuedBytes, Refused};
 use crate::dapr::{
     check_item_count, check_request_metadata, config_item_bytes, Call, ResponseBudget,
 };
@@ -188,7 +188,8 @@ pub(super) async fn delete(call: Call, req: pb::DeleteConfigurationRequest) -> R
 
 /// `SubscribeConfiguration`: every request read from `requests` subscribes
 /// (through the store's handle, so it follows the store across reloads);
-/// every change comes back as one answer. The answers queue as Dapr's
+/// every change comes back as one answer (several when it is larger
+/// than one may be). The answers queue as Dapr's
 /// subscriptions' do, bounded in bytes (`max_response_bytes`) and messages,
 /// counting into the same total (`queued`, see `subscription_queue`). The
 /// stream ends when the client goes away, falls behind (or holds the most
@@ -354,21 +355,31 @@ async fn add(
                 stop.cancel();
                 break;
             };
-            let size = store_name.len()
-                + app_id.len()
-                + change.items.iter().map(item_bytes).sum::<usize>();
-            let answer = pb::SubscribeConfigurationResponse {
-                store_name: store_name.clone(),
-                app_id: app_id.clone(),
-                items: change.items.into_iter().map(item_of).collect(),
+            // A change larger than one answer may be goes out in several
+            // (a reload's catch-up included); only an item larger than
+            // that alone is too large.
+            let overhead = store_name.len() + app_id.len();
+            let room = answers.limit().saturating_sub(overhead);
+            let sent = match pieces(change.items, room, item_bytes) {
+                Ok(cut) => answers
+                    .try_send_change(cut.into_iter().map(|piece| {
+                        let answer = pb::SubscribeConfigurationResponse {
+                            store_name: store_name.clone(),
+                            app_id: app_id.clone(),
+                            items: piece.items.into_iter().map(item_of).collect(),
+                        };
+                        (Ok(answer), overhead + piece.bytes)
+                    }))
+                    .map_err(|refused| (refused, None)),
+                Err(too_large) => Err((Refused::TooLarge, Some(too_large))),
             };
             // A client that does not read its answers is cut off rather
             // than let them pile up.
-            match answers.try_send(Ok(answer), size) {
+            match sent {
                 Ok(()) => {}
-                Err(Refused::Closed) => break,
-                Err(refused) => {
-                    let why = why_dropped(refused, size, &answers);
+                Err((Refused::Closed, _)) => break,
+                Err((refused, too_large)) => {
+                    let why = why_dropped(refused, too_large, &answers);
                     tracing::warn!(store = %store_name, reason = %why, "Layotto configuration subscriber dropped.");
                     metrics.subscriber_dropped();
                     answers.drop_with(Status::resource_exhausted(format!(
@@ -384,7 +395,7 @@ async fn add(
 }
 
 /// Why a stream whose answer was `refused` is dropped.
-fn why_dropped(refused: Refused, size: usize, answers: &Answers) -> String {
+fn why_dropped(refused: Refused, too_large: Option<ItemTooLarge>, answers: &Answers) -> String {
     let limit = answers.limit();
     match refused {
         Refused::Crowded => format!(
@@ -392,7 +403,8 @@ fn why_dropped(refused: Refused, size: usize, answers: &Answers) -> String {
             answers.total_limit()
         ),
         Refused::TooLarge => format!(
-            "a change of {size} bytes is larger than the limit of {limit} bytes per stream (max_response_bytes)"
+            "an item of {} bytes is larger than the limit of {limit} bytes per answer (max_response_bytes)",
+            too_large.map_or(0, |item| item.bytes)
         ),
         _ => format!(
             "the client stopped reading its answers (more than {limit} bytes or 64 answers queued, max_response_bytes)"

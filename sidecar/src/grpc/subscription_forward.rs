@@ -4,16 +4,19 @@
 //! (bytes or messages) is dropped with its reason, as is one dropped to make
 //! room for others when all queues together are full and it holds the most.
 //! It forwards Dapr's subscriptions (gRPC and HTTP), so only the items with
-//! no group and no label: Dapr's requests carry neither.
+//! no group and no label: Dapr's requests carry neither. A change larger
+//! than one message may be (`max_response_bytes`) goes out in several, with
+//! the same id ([`pieces`]); only an item larger than that alone drops the
+//! subscriber.
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
-use super::proto::dapr::proto::common::v1::ConfigurationItem;
+use super::proto::dapr::proto::common::v1::ConfigurationItem as DaprItem;
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
-use super::subscription_queue::{QueueSender, Refused};
+use super::subscription_queue::{pieces, ItemTooLarge, Piece, QueueSender, Refused};
 use crate::dapr::{config_item_bytes, ConfigOps};
-use rewire_runtime::{ConfigChange, ConfigSubscription};
+use rewire_runtime::{ConfigItem, ConfigSubscription};
 
 /// Forwards one subscription's changes to its stream, never waiting on the
 /// client: a client whose queue fills (in bytes or messages) is dropped.
@@ -52,12 +55,19 @@ impl Forward {
             if change.items.is_empty() {
                 continue;
             }
-            let size = change.items.iter().map(config_item_bytes).sum::<usize>() + self.id.len();
-            match self.sender.try_send(Ok(self.response(change)), size) {
+            let room = self.sender.limit().saturating_sub(self.id.len());
+            let sent = match pieces(change.items, room, config_item_bytes) {
+                Ok(cut) => self
+                    .sender
+                    .try_send_change(cut.into_iter().map(|piece| self.message(piece)))
+                    .map_err(|refused| (refused, None)),
+                Err(too_large) => Err((Refused::TooLarge, Some(too_large))),
+            };
+            match sent {
                 Ok(()) => {}
-                Err(Refused::Closed) => break,
-                Err(refused) => {
-                    self.drop_slow(refused, size);
+                Err((Refused::Closed, _)) => break,
+                Err((refused, too_large)) => {
+                    self.drop_slow(refused, too_large);
                     dropped = true;
                     break;
                 }
@@ -70,16 +80,19 @@ impl Forward {
 
     /// Drops the subscriber rather than buffer without bound, and tells it
     /// why (if it ever reads again); what it left unread is discarded.
-    fn drop_slow(&self, refused: Refused, size: usize) {
+    fn drop_slow(&self, refused: Refused, too_large: Option<ItemTooLarge>) {
         let limit = self.sender.limit();
         let why = match refused {
             Refused::Crowded => format!(
                 "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this one holds the most of them",
                 self.sender.total_limit()
             ),
-            Refused::TooLarge => format!(
-                "a change of {size} bytes is larger than the limit of {limit} bytes per subscriber (max_response_bytes)"
-            ),
+            Refused::TooLarge => {
+                let bytes = too_large.map_or(0, |item| item.bytes);
+                format!(
+                    "an item of {bytes} bytes is larger than the limit of {limit} bytes per message (max_response_bytes)"
+                )
+            }
             _ => format!(
                 "the client stopped reading its changes (more than {limit} bytes or 64 messages queued, max_response_bytes)"
             ),
@@ -90,12 +103,20 @@ impl Forward {
         self.sender.drop_with(reason);
     }
 
-    fn response(&self, change: ConfigChange) -> SubscribeConfigurationResponse {
-        let items = change
-            .items
+    /// The message carrying `piece` of a change, with its size.
+    fn message(
+        &self,
+        piece: Piece<ConfigItem>,
+    ) -> (Result<SubscribeConfigurationResponse, Status>, usize) {
+        let size = piece.bytes + self.id.len();
+        (Ok(self.response(piece.items)), size)
+    }
+
+    fn response(&self, items: Vec<ConfigItem>) -> SubscribeConfigurationResponse {
+        let items = items
             .into_iter()
             .map(|item| {
-                let value = ConfigurationItem {
+                let value = DaprItem {
                     value: item.value,
                     version: item.version,
                     metadata: item.metadata,

@@ -13,6 +13,11 @@
 //!
 //! A dropped subscriber's unread messages are discarded at once (their
 //! bytes leave the total) and its stream ends with the reason.
+//!
+//! A change larger than one message may be is cut into several
+//! ([`pieces`]), queued together: the first within the subscriber's own
+//! limits, the rest within the total only, so a client that was not behind
+//! gets all of it (a reload's catch-up included).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -25,6 +30,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
+
+mod pieces;
+
+pub(crate) use pieces::{pieces, ItemTooLarge, Piece};
 
 /// One message of a subscription stream.
 pub(crate) type Message<T> = Result<T, Status>;
@@ -264,12 +273,39 @@ impl<T> QueueSender<T> {
     /// Queues `message` of `size` bytes without waiting; when all
     /// subscribers together are at their limit, the one holding the most
     /// is dropped to make room, unless that is this one.
-    pub(crate) fn try_send(&self, mut message: Message<T>, size: usize) -> Result<(), Refused> {
+    pub(crate) fn try_send(&self, message: Message<T>, size: usize) -> Result<(), Refused> {
+        self.try_queue(message, size, true)
+    }
+
+    /// Queues the messages of one change (each with its size, at most the
+    /// byte limit: see [`pieces`]) without waiting, in order: the first as
+    /// [`Self::try_send`] does, the others whatever this subscriber holds
+    /// already (it was not behind when the change came), within the total
+    /// only. Stops at the first refused.
+    pub(crate) fn try_send_change(
+        &self,
+        messages: impl IntoIterator<Item = (Message<T>, usize)>,
+    ) -> Result<(), Refused> {
+        let mut first = true;
+        for (message, size) in messages {
+            self.try_queue(message, size, std::mem::take(&mut first))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `message`, within this subscriber's own limits (bytes and
+    /// messages) when `own_limits`, and always within the total.
+    fn try_queue(
+        &self,
+        mut message: Message<T>,
+        size: usize,
+        own_limits: bool,
+    ) -> Result<(), Refused> {
         if size > self.shared.limit {
             return Err(Refused::TooLarge);
         }
         for _ in 0..MAX_EVICTIONS {
-            match self.try_push(message, size) {
+            match self.try_push(message, size, own_limits) {
                 Ok(()) => return Ok(()),
                 Err((Refused::Crowded, back)) => {
                     if !self.shared.total.evict_laggard(self.shared.id) {
@@ -283,14 +319,19 @@ impl<T> QueueSender<T> {
         Err(Refused::Crowded)
     }
 
-    fn try_push(&self, message: Message<T>, size: usize) -> Result<(), (Refused, Message<T>)> {
+    fn try_push(
+        &self,
+        message: Message<T>,
+        size: usize,
+        own_limits: bool,
+    ) -> Result<(), (Refused, Message<T>)> {
         let mut state = self.shared.lock();
         if state.ended || self.shared.done.is_cancelled() {
             return Err((Refused::Closed, message));
         }
-        if state.messages.len() >= MAX_MESSAGES
-            || state.bytes.saturating_add(size) > self.shared.limit
-        {
+        let behind = state.messages.len() >= MAX_MESSAGES
+            || state.bytes.saturating_add(size) > self.shared.limit;
+        if own_limits && behind {
             return Err((Refused::Behind, message));
         }
         if !self.shared.total.reserve(size) {
@@ -423,6 +464,25 @@ mod tests {
         assert_eq!(sender.try_send(message(), 60), Ok(()));
         drop(stream);
         assert_eq!(sender.try_send(message(), 1), Err(Refused::Closed));
+    }
+
+    /// The messages of one change past the first are queued whatever the
+    /// subscriber holds, within the total only; the next change is held
+    /// to the subscriber's own limit again.
+    #[tokio::test]
+    async fn the_messages_of_one_change_are_queued_together_within_the_total() {
+        let total = QueuedBytes::new(250);
+        let (sender, mut stream) = open(100, &total);
+        let change = |n: usize| (0..n).map(|_| (message(), 60));
+        assert_eq!(sender.try_send_change(change(3)), Ok(()));
+        assert_eq!(total.inner.queued.load(Ordering::Acquire), 180);
+        assert_eq!(sender.try_send_change(change(1)), Err(Refused::Behind));
+        for _ in 0..3 {
+            assert!(stream.next().await.is_some());
+        }
+        // Past the total, the change is refused where it stops fitting.
+        assert_eq!(sender.try_send_change(change(5)), Err(Refused::Crowded));
+        assert!(!sender.evicted(), "nobody else to drop");
     }
 
     #[tokio::test]

@@ -362,6 +362,65 @@ mod tests {
         assert_eq!(subscriptions.close("config", &id2, None), Ok(()));
     }
 
+    /// A change larger than one message may be (a reload's catch-up sends
+    /// every differing item as one) is delivered in several messages, each
+    /// within the limit, and the subscription stays open; only an item
+    /// larger than the limit alone drops the subscriber (failed before the
+    /// fix: dropped, "a change of 12… bytes is larger than the limit").
+    #[tokio::test]
+    async fn a_change_larger_than_one_message_is_delivered_in_several() {
+        let subscriptions = Subscriptions::new(
+            CancellationToken::new(),
+            10_000,
+            Arc::new(ApiMetrics::new()),
+        );
+        let (changes, subscription) = subscription();
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
+        let id = testkit::soon("the stream's next message", stream.next())
+            .await
+            .and_then(Result::ok)
+            .expect("the id")
+            .id;
+        let item = |key: &str, n: usize| ConfigItem {
+            key: key.into(),
+            value: "x".repeat(n),
+            ..ConfigItem::default()
+        };
+        let change = ConfigChange {
+            items: vec![item("a", 6_000), item("b", 6_000)],
+        };
+        changes.send(change).await.expect("send");
+        for key in ["a", "b"] {
+            let message = testkit::soon("the stream's next message", stream.next())
+                .await
+                .expect("a message")
+                .unwrap_or_else(|status| panic!("dropped: {status:?}"));
+            assert_eq!(message.id, id);
+            let keys: Vec<_> = message.items.keys().cloned().collect();
+            assert_eq!(keys, vec![key.to_string()]);
+        }
+        assert_eq!(subscriptions.len(), 1, "still open");
+        // Alone over the limit: dropped, naming the item's size.
+        let change = ConfigChange {
+            items: vec![item("small", 1), item("huge", 10_001)],
+        };
+        changes.send(change).await.expect("send");
+        let reason = testkit::soon("the stream's next message", stream.next())
+            .await
+            .expect("a reason")
+            .expect_err("dropped");
+        assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            reason
+                .message()
+                .contains("an item of 10005 bytes is larger than the limit of 10000 bytes"),
+            "{}",
+            reason.message()
+        );
+    }
+
     #[tokio::test]
     async fn a_subscriber_behind_by_more_bytes_than_the_limit_is_dropped_with_the_reason() {
         let subscriptions = Subscriptions::new(
