@@ -12,8 +12,10 @@ use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 mod json_items;
+mod json_problem;
 
 pub use json_items::Items;
+pub use json_problem::json_problem;
 
 use super::error::HttpError;
 use crate::dapr::json_text::NormalisedJson;
@@ -54,15 +56,15 @@ fn budget_refusal(rejection: &BytesRejection) -> Option<String> {
 }
 
 /// Decodes a JSON body; too large a body is a 413, anything else wrong a
-/// 400 naming the problem.
+/// 400 naming the problem (serde's text cut, see [`json_problem`]).
 pub fn json_body<T: DeserializeOwned>(body: RawBody, limit: usize) -> Result<T, HttpError> {
     let bytes = body_bytes(body, limit)?;
-    serde_json::from_slice(&bytes).map_err(|e| HttpError::Malformed(e.to_string()))
+    serde_json::from_slice(&bytes).map_err(|e| HttpError::Malformed(json_problem(&e)))
 }
 
 /// Decodes the JSON body of a request to component `kind`/`name`, as
 /// [`json_body`]; a body that does not decode is a 400 naming the
-/// component (and, for [`Items`], the item).
+/// component (and, for [`Items`], the item), serde's text cut.
 pub fn component_json_body<T: DeserializeOwned>(
     body: RawBody,
     limit: usize,
@@ -71,7 +73,7 @@ pub fn component_json_body<T: DeserializeOwned>(
     let bytes = body_bytes(body, limit)?;
     serde_json::from_slice(&bytes).map_err(|e| HttpError::MalformedBody {
         component: format!("{kind} `{name}`"),
-        problem: e.to_string(),
+        problem: json_problem(&e),
     })
 }
 
@@ -205,6 +207,39 @@ impl<'de> Visitor<'de> for LenientVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body quoting a 2 MiB string of U+0080 where no string is expected
+    /// answers 400 in under 4 KiB (failed before the fix: serde's text,
+    /// each character as `\u{80}`, was the message whole, ~7 MiB).
+    #[tokio::test]
+    async fn a_mistyped_long_string_is_answered_cut() {
+        use axum::body::Body;
+        use axum::extract::Request;
+        use tower_service::Service;
+
+        let state = crate::ApiState::empty().await;
+        let runtime = state.runtime.clone();
+        let mut router = crate::http::router(state);
+        let long = serde_json::to_string(&"\u{80}".repeat(1 << 20)).expect("JSON");
+        for (path, body) in [
+            ("/v1.0-alpha1/lock/locks", long.clone()),
+            ("/v1.0-alpha1/unlock/locks", long),
+        ] {
+            let request = Request::post(path).body(Body::from(body)).expect("request");
+            let response = router.call(request).await.expect("infallible");
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("the body");
+            assert!(bytes.len() < 4096, "{path}: {} bytes", bytes.len());
+            let answer: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+            assert_eq!(answer["errorCode"], "ERR_MALFORMED_REQUEST", "{answer}");
+            let message = answer["message"].as_str().expect("a message");
+            assert!(message.contains("invalid type: string"), "{message}");
+            assert!(message.contains('…'), "{message}");
+        }
+        runtime.shutdown().await;
+    }
 
     #[test]
     fn only_metadata_parameters_are_metadata() {

@@ -6,9 +6,12 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use rewire_runtime::echoed;
 use serde::de::{DeserializeOwned, Error as _, IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+
+use super::json_problem::json_reason;
 
 /// The items of a JSON array: the first `MAX` decoded, and how many the
 /// array holds.
@@ -63,13 +66,12 @@ impl<'de, T: DeserializeOwned, const MAX: usize> Visitor<'de> for ItemsVisitor<T
 }
 
 /// Why item `index` (its JSON text `item`) did not decode: its index, the
-/// field at the error when there is one, and serde's reason.
+/// field at the error when there is one (quoted cut), and serde's reason
+/// (cut, see [`json_reason`]).
 fn item_problem(index: usize, item: &str, err: &serde_json::Error) -> String {
-    let text = err.to_string();
-    let position = format!(" at line {} column {}", err.line(), err.column());
-    let reason = text.strip_suffix(&position).unwrap_or(&text);
+    let reason = json_reason(err);
     match field_at(item, err) {
-        Some(field) => format!("item {index}, field `{field}`: {reason}"),
+        Some(field) => format!("item {index}, field `{}`: {reason}", echoed(&field)),
         None => format!("item {index}: {reason}"),
     }
 }
@@ -160,5 +162,20 @@ mod tests {
             "{message}"
         );
         assert!(problem(r#"{"key":"a"}"#).contains("expected a JSON array"));
+    }
+
+    /// serde's reason quoting a long mistyped string is cut (failed
+    /// before the fix: kept whole, ~400 KiB here).
+    #[test]
+    fn a_long_quoted_value_is_cut() {
+        let long = serde_json::to_string(&"\u{80}".repeat(1 << 16)).unwrap_or_default();
+        let message = serde_json::from_str::<Items<u32, 3>>(&format!("[{long}]"))
+            .map(|_| String::new())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(
+            message.starts_with("item 0: invalid type: string"),
+            "{message:.80}"
+        );
+        assert!(message.len() < 2048, "{} bytes", message.len());
     }
 }
