@@ -40,8 +40,9 @@ pub(super) async fn get(
 }
 
 /// `GetBulkState`: every key asked for, each with its value or its own
-/// error (`parallelism` is left to the store), within `budget`; the
-/// request's metadata goes with every get.
+/// error, within `budget`, `parallelism` chunks of keys read at once (see
+/// [`StateOps::bulk_get`](crate::dapr::StateOps::bulk_get)); the request's
+/// metadata goes with every get.
 pub(super) async fn get_bulk(
     call: Call,
     req: pb::GetBulkStateRequest,
@@ -49,7 +50,10 @@ pub(super) async fn get_bulk(
 ) -> Result<pb::GetBulkStateResponse, Status> {
     let store = call.state_store(&req.store_name)?;
     check_request_metadata(("state store", &req.store_name), &req.metadata)?;
-    let items = store.bulk_get(req.keys, &req.metadata, budget).await?;
+    let parallelism = req.parallelism.into();
+    let items = store
+        .bulk_get(req.keys, &req.metadata, parallelism, budget)
+        .await?;
     let items = items
         .into_iter()
         .map(|item| {

@@ -64,10 +64,12 @@ struct BulkGet {
     /// Metadata for every get (the query's `metadata.*` win).
     #[serde(default, deserialize_with = "lenient_metadata")]
     metadata: HashMap<String, String>,
-    /// Accepted for compatibility; the store decides how it reads.
+    /// Dapr's `parallelism`: how many chunks of keys are read at once
+    /// (none, zero or less: the default; see
+    /// [`StateOps::bulk_get`](crate::dapr::StateOps::bulk_get)). Any
+    /// integer, as daprd's Go `int` takes.
     #[serde(default)]
-    #[allow(dead_code)]
-    parallelism: Option<u32>,
+    parallelism: Option<i64>,
 }
 
 /// One result of a bulk get, as Dapr answers it.
@@ -259,7 +261,12 @@ pub async fn bulk_get(
     check_request_metadata(component, &request.metadata)?;
     let budget = ResponseBudget::new(state.options.max_response_bytes);
     let items = store
-        .bulk_get(request.keys.kept, &request.metadata, budget)
+        .bulk_get(
+            request.keys.kept,
+            &request.metadata,
+            request.parallelism.unwrap_or_default(),
+            budget,
+        )
         .await?;
     // The budget above counts stored bytes; written as JSON, bytes that
     // are no JSON become an escaped string (a control byte takes six).
@@ -389,6 +396,19 @@ mod tests {
             matches!(&unknown, Err(HttpError::Invalid(m)) if m.contains("linearizable")),
             "{unknown:?}"
         );
+    }
+
+    /// Dapr's `parallelism` is a Go `int`: a negative one is its default,
+    /// not a malformed body (failed before: read as `u32`, a 400).
+    #[test]
+    fn bulk_parallelism_takes_any_integer_as_daprd_does() {
+        for (text, expected) in [("-1", Some(-1)), ("0", Some(0)), ("4", Some(4))] {
+            let body = format!(r#"{{"keys": ["a"], "parallelism": {text}}}"#);
+            let bulk: Result<BulkGet, _> = serde_json::from_str(&body);
+            assert_eq!(bulk.map(|b| b.parallelism).ok(), Some(expected), "{text}");
+        }
+        let absent: Result<BulkGet, _> = serde_json::from_str(r#"{"keys": ["a"]}"#);
+        assert_eq!(absent.map(|b| b.parallelism).ok(), Some(None));
     }
 
     #[test]
