@@ -23,11 +23,13 @@
 //! too. A flood of probes (200 streams on each of 1,024 connections)
 //! costs the backends one check at a time, not one per call.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use futures_util::FutureExt as _;
 use tokio::sync::OnceCell;
 use tokio::task::JoinSet;
 
@@ -154,15 +156,21 @@ fn shared_check(state: &ApiState, call: &Call) -> Option<Arc<OnceCell<Outcome>>>
 }
 
 /// Asks every component of the call's generation, all at once, each within
-/// [`READINESS_WAIT`].
+/// [`READINESS_WAIT`]; a check that panics is `{key}: readiness check
+/// panicked`.
 async fn run_check(call: &Call) -> Outcome {
     let mut checks = JoinSet::new();
     for (key, instance) in call.generation().iter() {
         let (key, component) = (key.clone(), instance.component());
         checks.spawn(async move {
-            match tokio::time::timeout(READINESS_WAIT, component.readiness()).await {
-                Ok(Readiness::Ready | Readiness::Degraded(_)) => None,
-                Ok(Readiness::NotReady(reason)) => Some(format!("{key}: {reason}")),
+            // A panic is caught here, where the component's key is known:
+            // its line names the component, never the panic's message
+            // (which may quote a connection string).
+            let asked = AssertUnwindSafe(async move { component.readiness().await });
+            match tokio::time::timeout(READINESS_WAIT, asked.catch_unwind()).await {
+                Ok(Ok(Readiness::Ready | Readiness::Degraded(_))) => None,
+                Ok(Ok(Readiness::NotReady(reason))) => Some(format!("{key}: {reason}")),
+                Ok(Err(_panic)) => Some(format!("{key}: readiness check panicked")),
                 Err(_) => Some(format!(
                     "{key}: no readiness answer within {READINESS_WAIT:?}"
                 )),
@@ -174,7 +182,9 @@ async fn run_check(call: &Call) -> Outcome {
         match check {
             Ok(None) => {}
             Ok(Some(line)) => not_ready.push(call.scrub(&line)),
-            Err(error) => not_ready.push(format!("a readiness check failed: {error}")),
+            // Only a cancelled task (the runtime shutting down): panics
+            // are caught in the task.
+            Err(_) => not_ready.push("a readiness check was cancelled".to_string()),
         }
     }
     not_ready.sort();
@@ -184,4 +194,67 @@ async fn run_check(call: &Call) -> Outcome {
 /// `GET /v1.0/healthz/outbound`: 204.
 pub async fn outbound() -> StatusCode {
     StatusCode::NO_CONTENT
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rewire_runtime::prelude::async_trait;
+    use rewire_runtime::Readiness;
+
+    use super::*;
+    use crate::dapr::StoreLabel;
+
+    /// The credentials the panicking check quotes.
+    const PASSWORD: &str = "s3cret-pass";
+
+    /// Whether [`PanickingProbe`]'s check panics (not while the runtime
+    /// starts, which asks it too).
+    static PANICS: AtomicBool = AtomicBool::new(false);
+
+    /// A component whose readiness check panics quoting its connection
+    /// string, once [`PANICS`] is set.
+    #[derive(rewire_runtime::Component, Default)]
+    #[component(kind = "probe", type = "test.health.panics")]
+    struct PanickingProbe {}
+
+    #[async_trait]
+    impl rewire_runtime::Component for PanickingProbe {
+        async fn readiness(&self) -> Readiness {
+            if PANICS.load(Ordering::SeqCst) {
+                panic!("cannot reach redis://user:{PASSWORD}@db:6379");
+            }
+            Readiness::Ready
+        }
+    }
+
+    /// A readiness check that panics is reported by the component's key,
+    /// without the panic's message (failed before the fix: `a readiness
+    /// check failed: task N panicked with message "cannot reach
+    /// redis://user:s3cret-pass@…"`, no component named).
+    #[tokio::test]
+    async fn a_panicking_check_names_the_component_and_not_its_secret() {
+        use rewire_runtime::config::{parse, validate};
+        let config = serde_json::json!({
+            "appId": "app",
+            "components": {"probe": {"p": {"type": "test.health.panics"}}}
+        });
+        let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = rewire_runtime::Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        let runtime = rewire_runtime::Runtime::start(config, registry, Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let call = Call::new(&runtime, StoreLabel::default());
+        PANICS.store(true, Ordering::SeqCst);
+
+        let (_, not_ready) = run_check(&call).await;
+
+        assert_eq!(*not_ready, vec!["probe/p: readiness check panicked"]);
+        let body = HttpError::NotReady(not_ready.to_vec()).body().to_string();
+        assert!(body.contains("probe/p"), "{body}");
+        assert!(!body.contains(PASSWORD), "{body}");
+        runtime.shutdown().await;
+    }
 }
