@@ -17,6 +17,9 @@
 //! connection (at most `max_connections` of them). Any other reply (a
 //! call that changed state: a lock taken, an id spent) is charged
 //! without a check and always sent, so it counts against later reads.
+//! A configuration subscription's stream is charged as it is produced: its
+//! id always sent, each change after it refused as a read's answer is
+//! (which drops the subscriber, with the reason).
 //! A refused charge never shows in either count, even for a moment.
 //!
 //! [`ApiOptions::max_response_bytes_in_flight_per_connection`]: crate::ApiOptions::max_response_bytes_in_flight_per_connection

@@ -13,7 +13,9 @@
 //! a secret, configuration, metadata: [`CountedBody::refusable`]) is
 //! refused in its place when it would pass either; any other answer (a
 //! lock taken, an id spent, a subscription opened) is charged and sent,
-//! since refusing it would hide a change already made.
+//! since refusing it would hide a change already made. A configuration
+//! subscription's stream is charged as it is produced too, each change
+//! refusable ([`CountedBody::counted_subscription`]).
 //! The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
@@ -53,6 +55,15 @@ pub trait CountedBody: Sized {
     /// that builds answers whole.
     fn counted_charged_as_sent(self, guard: RequestGuard) -> Self;
 
+    /// `self` (a configuration subscription's stream), keeping `guard`
+    /// until it ends and charged to its reply budgets as it is produced,
+    /// each change refused past them (which drops the subscriber).
+    fn counted_subscription(self, guard: RequestGuard) -> Self;
+
+    /// Whether the answer to this request is a configuration
+    /// subscription's stream.
+    fn subscription(method: &Method, path: &str) -> bool;
+
     /// The answer in place of a reply the budgets cannot hold.
     fn refusal(refused: ReplyRefused) -> Response<Self>;
 
@@ -91,6 +102,15 @@ const REQUEST_STREAMS: [&str; 4] = [
     "/spec.proto.runtime.v1.Runtime/SubscribeTopicEvents",
     "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration",
     "/spec.proto.runtime.v1.Runtime/PutFile",
+];
+
+/// The gRPC configuration subscriptions, whose streams are charged to the
+/// reply budgets as they are produced: tonic takes each change off its
+/// queue at once and the server holds it until the client makes room.
+const GRPC_SUBSCRIPTIONS: [&str; 3] = [
+    "/dapr.proto.runtime.v1.Dapr/SubscribeConfigurationAlpha1",
+    "/dapr.proto.runtime.v1.Dapr/SubscribeConfiguration",
+    "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration",
 ];
 
 /// The gRPC reads a client can repeat without effect: only their answers
@@ -175,6 +195,18 @@ impl CountedBody for tonic::body::Body {
         Self::new(Counted::new(ChargedAsSent::new(self, in_flight), guard))
     }
 
+    fn counted_subscription(self, guard: RequestGuard) -> Self {
+        let in_flight = guard.in_flight().clone();
+        Self::new(Counted::new(
+            ChargedAsSent::subscription(self, in_flight),
+            guard,
+        ))
+    }
+
+    fn subscription(_: &Method, path: &str) -> bool {
+        GRPC_SUBSCRIPTIONS.contains(&path)
+    }
+
     fn refusal(refused: ReplyRefused) -> Response<Self> {
         tonic::Status::resource_exhausted(refused.to_string()).into_http()
     }
@@ -225,6 +257,15 @@ impl CountedBody for axum::body::Body {
     /// own pumps.
     fn counted_charged_as_sent(self, guard: RequestGuard) -> Self {
         self.counted(guard)
+    }
+
+    /// HTTP's configuration subscriptions post to the app: none streams.
+    fn counted_subscription(self, guard: RequestGuard) -> Self {
+        self.counted(guard)
+    }
+
+    fn subscription(_: &Method, _: &str) -> bool {
+        false
     }
 
     /// Dapr's error shape, as the request body budget refuses.
@@ -399,27 +440,32 @@ where
         let Some(guard) = self.guard.take() else {
             return Poll::Ready(Ok(response));
         };
-        let refusable = || {
-            self.asked
-                .as_ref()
-                .is_some_and(|(method, uri)| ResponseBody::refusable(method, uri.path()))
-        };
-        Poll::Ready(Ok(replying(response, guard, refusable)))
+        let asked = self.asked.as_ref();
+        let refusable =
+            || asked.is_some_and(|(method, uri)| ResponseBody::refusable(method, uri.path()));
+        let subscription =
+            || asked.is_some_and(|(method, uri)| ResponseBody::subscription(method, uri.path()));
+        Poll::Ready(Ok(replying(response, guard, refusable, subscription)))
     }
 }
 
 /// `response`, counted by `guard` and, when its size is known, charged to
 /// its connection's reply budgets; when `refusable` (a repeatable read's),
 /// refused instead (its body dropped at once) when it would pass either,
-/// and charged as it is produced when its size is not known.
+/// and charged as it is produced when its size is not known, as a
+/// configuration `subscription`'s stream is.
 fn replying<B: CountedBody>(
     response: Response<B>,
     guard: RequestGuard,
     refusable: impl FnOnce() -> bool,
+    subscription: impl FnOnce() -> bool,
 ) -> Response<B> {
     let Some(size) = response.body().reply_size() else {
         if refusable() {
             return response.map(|body| body.counted_charged_as_sent(guard));
+        }
+        if subscription() {
+            return response.map(|body| body.counted_subscription(guard));
         }
         return response.map(|body| body.counted(guard));
     };
@@ -574,5 +620,113 @@ mod tests {
         assert!(!grpc("/dapr.proto.runtime.v1.Dapr/TryLockAlpha1"));
         assert!(!grpc("/dapr.proto.runtime.v1.Dapr/SaveState"));
         assert!(!grpc("/spec.proto.runtime.v1.Runtime/GetNextId"));
+    }
+
+    /// Answers a stream of two data frames of unknown size: a
+    /// subscription's id (10 bytes), then a change of [`CHANGE`] bytes.
+    #[derive(Clone)]
+    struct Streams;
+
+    /// The bytes of the change [`Streams`] answers.
+    const CHANGE: usize = 3 * super::super::SLICE;
+
+    impl tower_service::Service<Request<tonic::body::Body>> for Streams {
+        type Response = Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = Ready<Result<Self::Response, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<tonic::body::Body>) -> Self::Future {
+            let frames = [vec![1; 10], vec![2; CHANGE]]
+                .map(|frame| Ok::<_, Infallible>(tonic::codegen::Bytes::from(frame)));
+            let body = axum::body::Body::from_stream(tokio_stream::iter(frames));
+            ready(Ok(Response::new(tonic::body::Body::new(body))))
+        }
+    }
+
+    /// The answer of `Streams` to a call of `path` on a connection whose
+    /// budget is `budget` bytes, and the connection.
+    async fn streamed(path: &str, budget: usize) -> (tonic::body::Body, InFlight) {
+        let limits = crate::reply_budget::ReplyLimits::new(budget, 1 << 30);
+        let in_flight = InFlight::with_replies(&limits);
+        let mut service =
+            CountRequests::for_connection(Streams, in_flight.clone(), BodyBudget::new(1 << 20));
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .body(tonic::body::Body::empty())
+            .expect("a request");
+        let response = tower_service::Service::call(&mut service, request)
+            .await
+            .expect("an answer");
+        (response.into_body(), in_flight)
+    }
+
+    async fn next_frame(
+        body: &mut tonic::body::Body,
+    ) -> Option<http_body::Frame<tonic::codegen::Bytes>> {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
+        Some(frame.expect("a frame"))
+    }
+
+    /// A configuration subscription's stream (Dapr's, its `Alpha1` twin,
+    /// Layotto's) is charged to its connection's reply budget as tonic
+    /// produces it and handed on in slices, so what a client granting no
+    /// window makes the sidecar hold is bounded; its id is always sent,
+    /// and a change past the budget ends the stream with its reason
+    /// (failed before the fix: never charged, each change handed to h2
+    /// whole).
+    #[tokio::test]
+    async fn a_subscription_stream_is_charged_as_produced_and_a_change_past_the_budget_ends_it() {
+        const SUBSCRIPTIONS: [&str; 3] = [
+            "/dapr.proto.runtime.v1.Dapr/SubscribeConfiguration",
+            "/dapr.proto.runtime.v1.Dapr/SubscribeConfigurationAlpha1",
+            "/spec.proto.runtime.v1.Runtime/SubscribeConfiguration",
+        ];
+        for path in SUBSCRIPTIONS {
+            let (mut body, in_flight) = streamed(path, 1 << 20).await;
+            let id = next_frame(&mut body).await.expect("the id");
+            assert_eq!(id.data_ref().map(|d| d.len()), Some(10), "{path}");
+            assert_eq!(in_flight.replies().held(), 10, "{path}: the id charged");
+            let slice = next_frame(&mut body).await.expect("a slice of the change");
+            assert_eq!(
+                slice.data_ref().map(|d| d.len()),
+                Some(super::super::SLICE),
+                "{path}: handed on in slices"
+            );
+            assert_eq!(in_flight.replies().held(), CHANGE, "{path}: charged whole");
+            drop(body);
+            assert_eq!(in_flight.replies().held(), 0, "{path}");
+        }
+        // Another answer holds the connection's budget: the id passes, the
+        // change ends the stream.
+        let (mut body, in_flight) = streamed(SUBSCRIPTIONS[0], 100).await;
+        let held = ReplyCharge::anyway(&in_flight, 100);
+        assert!(next_frame(&mut body).await.is_some_and(|f| f.is_data()));
+        let end = next_frame(&mut body).await.expect("the end");
+        let trailers = end.into_trailers().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "8");
+        // Percent-encoded, as gRPC sends it.
+        let message = trailers["grpc-message"].to_str().expect("text");
+        let message = message.replace("%20", " ");
+        assert!(
+            message.contains("configuration subscription dropped")
+                && message.contains("max_response_bytes_in_flight_per_connection"),
+            "{message}"
+        );
+        assert!(next_frame(&mut body).await.is_none());
+        drop(held);
+        assert_eq!(in_flight.replies().held(), 0);
+        // Other streams of unknown size are not charged here.
+        let (mut body, in_flight) = streamed(
+            "/dapr.proto.runtime.v1.Dapr/SubscribeTopicEventsAlpha1",
+            100,
+        )
+        .await;
+        assert!(next_frame(&mut body).await.is_some());
+        assert_eq!(in_flight.replies().held(), 0);
     }
 }

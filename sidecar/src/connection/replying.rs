@@ -15,14 +15,17 @@
 //! copies, its whole length charged until the last is handed on
 //! ([`slices`]): a slice sharing the frame's allocation would keep all of
 //! it while charged for a slice.
-//! Streamed replies (file downloads, subscriptions) have no exact size and
-//! are not charged: their own pumps bound what they queue.
+//! Streamed replies (file downloads, topic subscriptions) have no exact
+//! size and are not charged: their own pumps bound what they queue.
 //!
 //! A gRPC read the hot path declines (a `grpc-encoding` it does not take,
 //! a body of more than one message) is answered by tonic's codec, whose
 //! answer has no exact size: [`ChargedAsSent`] charges it frame by frame
 //! as it is produced, so a client cannot leave the budget by choosing how
-//! it asks.
+//! it asks. A configuration subscription's stream is charged the same way
+//! ([`ChargedAsSent::subscription`]): its queue bounds what waits to be
+//! taken, the budgets what tonic has taken and the server not yet sent, and
+//! h2 is handed one slice at a time.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -161,10 +164,12 @@ where
 /// be refused (nothing of the answer sent yet): the answer then ends at
 /// once with trailers `grpc-status: 8`, valid gRPC after headers sent
 /// without a status. Later frames of an answer begun are charged whatever
-/// the budgets hold.
+/// the budgets hold. A subscription's stream is refused the other way
+/// round ([`Refusing`]).
 pub struct ChargedAsSent<B> {
     body: B,
     in_flight: InFlight,
+    refusing: Refusing,
     slices: Slices,
     /// What the frame being handed on holds.
     charge: Option<ReplyCharge>,
@@ -174,12 +179,38 @@ pub struct ChargedAsSent<B> {
     refused: bool,
 }
 
+/// Which data frames of a [`ChargedAsSent`] answer its budgets may refuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusing {
+    /// A repeatable read's answer: its first (nothing of it sent yet).
+    First,
+    /// A configuration subscription's stream: all but its first (the
+    /// subscription's id: the subscription is made, as a call that changed
+    /// state is answered). A change refused past the budgets ends the
+    /// stream with its reason, as a subscriber dropped for not reading:
+    /// the client has as many bytes not taken on its connection as the
+    /// budget allows, unless the connection holds nothing.
+    AfterFirst,
+}
+
 impl<B> ChargedAsSent<B> {
     /// `body`, charged to `in_flight`'s connection and listener.
     pub fn new(body: B, in_flight: InFlight) -> Self {
+        Self::refusing(body, in_flight, Refusing::First)
+    }
+
+    /// A configuration subscription's stream `body`, charged to
+    /// `in_flight`'s connection and listener, every change refusable (see
+    /// [`Refusing::AfterFirst`]).
+    pub fn subscription(body: B, in_flight: InFlight) -> Self {
+        Self::refusing(body, in_flight, Refusing::AfterFirst)
+    }
+
+    fn refusing(body: B, in_flight: InFlight, refusing: Refusing) -> Self {
         Self {
             body,
             in_flight,
+            refusing,
             slices: Slices::default(),
             charge: None,
             begun: false,
@@ -187,19 +218,33 @@ impl<B> ChargedAsSent<B> {
         }
     }
 
-    /// `bytes` charged: refusable for the answer's first data frame.
+    /// `bytes` charged: refused past the budgets when the frame is one
+    /// [`Refusing`] says may be.
     fn charge(&mut self, bytes: usize) -> Result<ReplyCharge, ReplyRefused> {
-        if std::mem::replace(&mut self.begun, true) {
-            return Ok(ReplyCharge::anyway(&self.in_flight, bytes));
+        let first = !std::mem::replace(&mut self.begun, true);
+        let refusable = match self.refusing {
+            Refusing::First => first,
+            Refusing::AfterFirst => !first,
+        };
+        if refusable {
+            ReplyCharge::take(&self.in_flight, bytes)
+        } else {
+            Ok(ReplyCharge::anyway(&self.in_flight, bytes))
         }
-        ReplyCharge::take(&self.in_flight, bytes)
     }
 }
 
 /// The trailers ending an answer refused for `refused`: its status and
-/// message as tonic writes them (the hot path's refusal's words).
-fn refusal_trailers(refused: ReplyRefused) -> HeaderMap {
-    let status = tonic::Status::resource_exhausted(refused.to_string());
+/// message as tonic writes them (the hot path's refusal's words; a
+/// subscription's say it is dropped).
+fn refusal_trailers(refused: ReplyRefused, refusing: Refusing) -> HeaderMap {
+    let message = match refusing {
+        Refusing::First => refused.to_string(),
+        Refusing::AfterFirst => {
+            format!("configuration subscription dropped, a change not sent: {refused}")
+        }
+    };
+    let status = tonic::Status::resource_exhausted(message);
     let mut trailers = status.into_http::<()>().into_parts().0.headers;
     trailers.remove(header::CONTENT_TYPE);
     trailers
@@ -237,7 +282,8 @@ where
                     }
                     Err(refused) => {
                         this.refused = true;
-                        Poll::Ready(Some(Ok(Frame::trailers(refusal_trailers(refused)))))
+                        let trailers = refusal_trailers(refused, this.refusing);
+                        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
                     }
                 },
                 Err(other) => Poll::Ready(Some(Ok(other))),

@@ -1,9 +1,18 @@
 //! A subscriber's queue, bounded in bytes as well as in messages: what is
 //! queued for a client that does not read is counted when queued and
-//! uncounted when the client takes it, so a slow client on a store of large
-//! values is dropped long before it can grow the sidecar. Every queue also
-//! counts into a total shared by all subscribers ([`QueuedBytes`]), so many
-//! slow clients together are bounded too.
+//! uncounted once the client has taken it, so a slow client on a store of
+//! large values is dropped long before it can grow the sidecar. Every queue
+//! also counts into a total shared by all subscribers ([`QueuedBytes`]), so
+//! many slow clients together are bounded too.
+//!
+//! A message the reader takes stays counted (its queue's and the total)
+//! until the reader asks for the next one, or goes: tonic hands it to the
+//! server, which holds it until the client makes room for it and only then
+//! asks for more, so a client granting no window holds it counted, and is
+//! the laggard it looks like. It is not behind for it (the subscriber's own
+//! limit counts what is queued unread); a subscriber dropped lets go of it
+//! with its queue, what the server still holds of it being charged to the
+//! connection's reply budget (`connection::replying`).
 //!
 //! When the total is full, the subscriber holding the most bytes (the
 //! laggard) is dropped to make room, not the one whose message did not fit:
@@ -163,7 +172,7 @@ struct Shared<T> {
     id: u64,
     label: String,
     limit: usize,
-    /// `State::bytes`, readable without the lock (by the laggard search).
+    /// `State::held`, readable without the lock (by the laggard search).
     bytes: AtomicUsize,
     state: Mutex<State<T>>,
     /// Cancelled when the reader leaves or the queue is ended.
@@ -173,7 +182,11 @@ struct Shared<T> {
 
 struct State<T> {
     messages: VecDeque<(Message<T>, usize)>,
+    /// Bytes queued unread.
     bytes: usize,
+    /// Bytes of the message the reader took last, counted until it asks
+    /// for the next (or goes).
+    handed: usize,
     /// Nothing more is queued (a reason may be the last message).
     ended: bool,
     /// Dropped to make room for another subscriber.
@@ -182,9 +195,26 @@ struct State<T> {
     reader: Option<Waker>,
 }
 
+impl<T> State<T> {
+    /// Bytes counted for this subscriber: queued unread, and the message
+    /// the reader took last.
+    fn held(&self) -> usize {
+        self.bytes + self.handed
+    }
+}
+
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets go of everything counted for this subscriber (its total's
+    /// share included).
+    fn release_all(&self, state: &mut State<T>) {
+        self.total.release(state.held());
+        state.bytes = 0;
+        state.handed = 0;
+        self.bytes.store(0, Ordering::Release);
     }
 
     /// Ends the queue with `reason` last; its unread messages discarded
@@ -193,9 +223,7 @@ impl<T> Shared<T> {
         let mut state = self.lock();
         if discard {
             state.messages.clear();
-            self.total.release(state.bytes);
-            state.bytes = 0;
-            self.bytes.store(0, Ordering::Release);
+            self.release_all(&mut state);
         }
         if !state.ended {
             state.messages.push_back((Err(reason), 0));
@@ -252,6 +280,7 @@ pub(crate) fn queue<T: Send + 'static>(
         state: Mutex::new(State {
             messages: VecDeque::new(),
             bytes: 0,
+            handed: 0,
             ended: false,
             evicted: false,
             senders: 1,
@@ -338,7 +367,7 @@ impl<T> QueueSender<T> {
             return Err((Refused::Crowded, message));
         }
         state.bytes += size;
-        self.shared.bytes.store(state.bytes, Ordering::Release);
+        self.shared.bytes.store(state.held(), Ordering::Release);
         state.messages.push_back((message, size));
         let reader = state.reader.take();
         drop(state);
@@ -409,10 +438,15 @@ impl<T> Stream for SubscriptionStream<T> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message<T>>> {
         let shared = &self.shared;
         let mut state = shared.lock();
-        if let Some((message, size)) = state.messages.pop_front() {
+        // Asked for the next: the last taken has left the sidecar's hands.
+        shared.total.release(std::mem::take(&mut state.handed));
+        let next = state.messages.pop_front().map(|(message, size)| {
             state.bytes -= size;
-            shared.bytes.store(state.bytes, Ordering::Release);
-            shared.total.release(size);
+            state.handed = size;
+            message
+        });
+        shared.bytes.store(state.held(), Ordering::Release);
+        if let Some(message) = next {
             return Poll::Ready(Some(message));
         }
         if state.ended || state.senders == 0 {
@@ -432,9 +466,7 @@ impl<T> Drop for SubscriptionStream<T> {
         let mut state = shared.lock();
         state.ended = true;
         let messages = std::mem::take(&mut state.messages);
-        shared.total.release(state.bytes);
-        state.bytes = 0;
-        shared.bytes.store(0, Ordering::Release);
+        shared.release_all(&mut state);
         drop(state);
         drop(messages);
         shared.total.queues().remove(&shared.id);
@@ -452,6 +484,65 @@ mod tests {
 
     fn open(limit: usize, total: &QueuedBytes) -> (QueueSender, SubscriptionStream) {
         queue("subscription `s`".into(), limit, total.clone())
+    }
+
+    /// Asks `stream` for its next message once, as the server does once
+    /// it has passed the last one on, whatever the answer.
+    async fn ask_next(stream: &mut SubscriptionStream) {
+        std::future::poll_fn(|cx| {
+            let _ = Pin::new(&mut *stream).poll_next(cx);
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    fn queued(total: &QueuedBytes) -> usize {
+        total.inner.queued.load(Ordering::Acquire)
+    }
+
+    /// A message the reader took stays counted until it asks for the next
+    /// (tonic takes it at once, and the server holds it until the client
+    /// makes room), or goes (failed before the fix: uncounted as soon as
+    /// taken, so a client granting no window held it outside every bound).
+    #[tokio::test]
+    async fn a_message_taken_stays_counted_until_the_next_is_asked_for() {
+        let total = QueuedBytes::new(1000);
+        let (sender, mut stream) = open(100, &total);
+        assert_eq!(sender.try_send(message(), 60), Ok(()));
+        assert!(stream.next().await.is_some());
+        assert_eq!(queued(&total), 60, "held by the server");
+        // Not behind for it: the subscriber's own limit is what is unread.
+        assert_eq!(sender.try_send(message(), 60), Ok(()));
+        assert_eq!(queued(&total), 120);
+        assert!(stream.next().await.is_some());
+        assert_eq!(queued(&total), 60, "the first let go of");
+        ask_next(&mut stream).await;
+        assert_eq!(queued(&total), 0, "nothing queued, nothing held");
+        assert_eq!(sender.try_send(message(), 30), Ok(()));
+        assert!(stream.next().await.is_some());
+        drop(stream);
+        assert_eq!(queued(&total), 0, "a stream that goes lets go of it");
+    }
+
+    /// A subscriber whose client took a message and never asks for more
+    /// holds it: the laggard when the total is full, dropped to make room
+    /// for one that reads, and what it held let go of (failed before the
+    /// fix: it looked empty, and the reader was refused).
+    #[tokio::test]
+    async fn a_client_holding_a_message_taken_is_the_laggard() {
+        let total = QueuedBytes::new(100);
+        let (stalled, mut stalled_stream) =
+            queue("subscription `stalled`".into(), 80, total.clone());
+        let (reader, mut reader_stream) = open(80, &total);
+        assert_eq!(stalled.try_send(message(), 70), Ok(()));
+        assert!(stalled_stream.next().await.is_some(), "taken, never sent");
+        assert_eq!(reader.try_send(message(), 40), Ok(()));
+        assert!(reader_stream.next().await.is_some());
+        ask_next(&mut reader_stream).await;
+        assert_eq!(reader.try_send(message(), 40), Ok(()));
+        assert!(stalled.evicted(), "the stalled client is the laggard");
+        assert!(!reader.evicted());
+        assert_eq!(queued(&total), 40, "what the laggard held let go of");
     }
 
     #[tokio::test]
@@ -540,6 +631,7 @@ mod tests {
         assert_eq!(first.try_send(message(), 20), Err(Refused::Crowded));
         assert!(!second.evicted());
         assert!(first_stream.next().await.is_some());
+        ask_next(&mut first_stream).await;
         assert_eq!(first.try_send(message(), 60), Ok(()));
     }
 

@@ -9,8 +9,11 @@
 //! and in messages, and all queues together in bytes (16 times that, shared
 //! with Layotto's configuration streams); a subscriber that falls behind is
 //! dropped with its reason, and when all queues together are full the one
-//! holding the most is dropped (`subscription_queue`). At most 4,096 are
-//! open at once (`open_subscriptions`, which the HTTP subscriptions use too).
+//! holding the most is dropped (`subscription_queue`); a change tonic has
+//! taken counts there until it asks for the next, and is charged to the
+//! connection's reply budget until the server has sent it
+//! (`connection::count_requests`). At most 4,096 are open at once
+//! (`open_subscriptions`, which the HTTP subscriptions use too).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
