@@ -454,6 +454,29 @@ mod tests {
         assert_eq!(scrubbed, "{\"message\":\"error: \\\"[redacted]\\\"\"}");
     }
 
+    /// Failed before: the log writer showed the password of an address
+    /// given without a scheme (a gRPC endpoint, `user:pw@collector:4317`).
+    #[test]
+    fn a_logged_address_without_a_scheme_is_scrubbed() {
+        let redactor = Redactor::default();
+        let mut log = RedactingWriter {
+            inner: Vec::new(),
+            redactor: redactor.clone(),
+        };
+        let line = "INFO Tracing: exporting spans over OTLP. endpoint=user:pw-9x@collector:4317 mail=me@example.com\n";
+        log.write_all(line.as_bytes()).expect("written");
+        assert_eq!(
+            String::from_utf8_lossy(&log.inner),
+            "INFO Tracing: exporting spans over OTLP. endpoint=user:[redacted]@collector:4317 mail=me@example.com\n"
+        );
+        // Remembered too: replaced once, as one.
+        redactor.remember("pw-9x-remembered");
+        assert_eq!(
+            redactor.scrub("dial \"user:pw-9x-remembered@collector:4317\""),
+            "dial \"user:[redacted]@collector:4317\""
+        );
+    }
+
     #[test]
     fn a_pem_key_logged_a_line_at_a_time_is_scrubbed() {
         let redactor = Redactor::default();

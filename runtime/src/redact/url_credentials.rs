@@ -1,4 +1,6 @@
-//! [`without_credentials`]: the passwords and tokens of URLs in a text.
+//! [`without_credentials`]: the passwords and tokens of URLs in a text,
+//! and the passwords of `user:password@host` addresses given without a
+//! scheme.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -29,8 +31,31 @@ const REDACTED: &str = "[redacted]";
 /// and `http://host:abc/a?x=u@h` are read as `user:password@host`.
 /// Still shown (indistinguishable from a port, a path and a query value):
 /// a password of digits up to a `/` or `?` that holds a `?`, then a `=`,
-/// with no `#` before them (`u:12/a?b=c@h`). Text without such a URL is
-/// returned as is.
+/// with no `#` before them (`u:12/a?b=c@h`).
+///
+/// An address given without a scheme (`user:password@collector:4317`, a
+/// gRPC endpoint) has its password redacted too, read as the authority of
+/// a URL is, but only in a narrower shape, so that ordinary text (an
+/// e-mail address, `host:port`, a time of day) is left as it is:
+/// - it starts a word (text between whitespace, quotes, backticks, `<`
+///   and `>`) or follows an `=` in one (`endpoint=u:p@h`), before the
+///   word's first `://` (past which the word is a URL, read as above),
+///   and among the first 16 places of the word where a user name and a
+///   `:` start (a bound on the work a long word makes);
+/// - its userinfo holds a `:`: a user name (possibly empty, of the
+///   characters a URL's user name may hold, but no `=`), a `:`, then a
+///   non-empty password; a lone `token@host` is not redacted here, being
+///   indistinguishable from an e-mail address (`me@example.com`);
+/// - a host follows its `@`: a letter, a digit or `[` first, and not only
+///   digits (`10.0.0.1:7000@17000,name`, a Redis cluster node's
+///   `ip:port@busport,hostname`, is left as it is);
+/// - its user name is no scheme naming an address rather than a host's
+///   user (`mailto:me@example.com`, also `sip`, `sips`, `xmpp`).
+///
+/// Still redacted, as it is that shape: `To:alice@example.com`, written
+/// without a space (read as user `To`, password `alice`).
+///
+/// Text without any of these is returned as is.
 ///
 /// ```
 /// use rewire_runtime::without_credentials;
@@ -65,10 +90,31 @@ pub fn without_credentials(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Where the credentials of the URLs in `text` are (see
-/// [`without_credentials`]), in order and apart: the redactor merges them
-/// with the remembered secrets it finds in the same text.
+/// Where the credentials of the URLs in `text`, and the passwords of its
+/// addresses without a scheme, are (see [`without_credentials`]), in order
+/// and apart: the redactor merges them with the remembered secrets it
+/// finds in the same text.
 pub(crate) fn credential_spans(text: &str) -> Vec<Range<usize>> {
+    let mut spans = url_credential_spans(text);
+    let scheme_less = scheme_less_password_spans(text);
+    if scheme_less.is_empty() {
+        return spans;
+    }
+    spans.extend(scheme_less);
+    spans.sort_by_key(|span| span.start);
+    let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
+    for span in spans {
+        match merged.last_mut() {
+            Some(last) if span.start <= last.end => last.end = last.end.max(span.end),
+            _ => merged.push(span),
+        }
+    }
+    merged
+}
+
+/// Where the credentials of the URLs (`scheme://…`) in `text` are, in
+/// order and apart.
+fn url_credential_spans(text: &str) -> Vec<Range<usize>> {
     let mut spans: Vec<Range<usize>> = Vec::new();
     let mut from = 0;
     while let Some(found) = text[from..].find("://") {
@@ -102,6 +148,109 @@ pub(crate) fn credential_spans(text: &str) -> Vec<Range<usize>> {
         spans.push(secret_start..at);
     }
     spans
+}
+
+/// The user names of addresses without a scheme that name no host's user
+/// (`mailto:me@example.com`): their `user:…@host` shape is no password.
+const ADDRESS_SCHEMES: [&str; 4] = ["mailto", "sip", "sips", "xmpp"];
+
+/// At how many places of a word (where a user name and a `:` start) an
+/// address without a scheme is looked for at most. Each look may read the
+/// rest of the word: a word of many `=…:` pieces (`=:/=:/…`; 64 KiB of it
+/// took 26 s in a test build) is read this many times at most, not once
+/// per piece.
+/// An address past so many such places in one word is not redacted.
+const MOST_LOOKS_PER_WORD: usize = 16;
+
+/// Where the passwords of the addresses without a scheme in `text` are
+/// (`user:password@host`, see [`without_credentials`] for the shape), in
+/// order and apart.
+fn scheme_less_password_spans(text: &str) -> Vec<Range<usize>> {
+    let mut spans: Vec<Range<usize>> = Vec::new();
+    if !text.contains('@') {
+        return spans;
+    }
+    let mut word_start = 0;
+    let ends = text
+        .char_indices()
+        .filter(|&(_, c)| ends_url(c))
+        .chain(std::iter::once((text.len(), ' ')));
+    for (word_end, separator) in ends {
+        let word = &text[word_start..word_end];
+        // Past a `://` the word is a URL, read by `url_credential_spans`.
+        let word = &word[..word.find("://").unwrap_or(word.len())];
+        let starts = std::iter::once(0).chain(word.match_indices('=').map(|(i, _)| i + 1));
+        let mut looks = 0;
+        for start in starts.map(|offset| word_start + offset) {
+            // Inside a password found already (`u:a=b:c@h`).
+            if spans.last().is_some_and(|last| start < last.end) {
+                continue;
+            }
+            let Some(user) = scheme_less_user(text, start) else {
+                continue;
+            };
+            looks += 1;
+            if looks > MOST_LOOKS_PER_WORD {
+                break;
+            }
+            if let Some(password) = scheme_less_password(text, user) {
+                spans.push(password);
+            }
+        }
+        word_start = word_end + separator.len_utf8();
+    }
+    spans
+}
+
+/// Where the user name of an address without a scheme is, if one starts
+/// at `text[start..]`: a user name (maybe empty, no address scheme)
+/// followed by a `:`. Reads only the user name.
+fn scheme_less_user(text: &str, start: usize) -> Option<Range<usize>> {
+    let rest = &text[start..];
+    let user = &rest[..rest.find(|c| !is_scheme_less_user_char(c))?];
+    let is_address_scheme = ADDRESS_SCHEMES
+        .iter()
+        .any(|scheme| user.eq_ignore_ascii_case(scheme));
+    (rest[user.len()..].starts_with(':') && !is_address_scheme).then_some(start..start + user.len())
+}
+
+/// Where the password of the address without a scheme whose user name is
+/// `text[user]` (a `:` after it) is, if it is one: `user:password@host`,
+/// its userinfo ending as a URL's does (the last `@` of the authority, or
+/// past it for a password holding a `/`, `?` or `#`). May read up to the
+/// end of the word.
+fn scheme_less_password(text: &str, user: Range<usize>) -> Option<Range<usize>> {
+    let start = user.start;
+    let end = text[start..]
+        .find(ends_authority)
+        .map_or(text.len(), |i| start + i);
+    let at = match text[start..end].rfind('@') {
+        Some(at) => start + at,
+        None => userinfo_past_authority(text, start, end)?,
+    };
+    let password = user.end + ':'.len_utf8()..at;
+    let secret = &text[password.clone()];
+    (!secret.is_empty() && secret != REDACTED && names_a_host(&text[at + 1..])).then_some(password)
+}
+
+/// Whether `c` may stand in the user name of an address without a
+/// scheme: as in a URL's ([`is_userinfo_char`]), but an `=` (after which
+/// another address may start) and a `'` (which ends a word) end it, so
+/// that no character is read in more than one user name.
+fn is_scheme_less_user_char(c: char) -> bool {
+    c != '=' && !ends_url(c) && is_userinfo_char(c)
+}
+
+/// Whether `after_at`, what follows an address's `@`, starts with a host:
+/// a letter, a digit or `[` first, and not only digits up to a `:`, a `,`
+/// or the authority's end (`ip:port@17000` and `ip:port@17000,name` are a
+/// Redis cluster node's bus port and name).
+fn names_a_host(after_at: &str) -> bool {
+    let host = &after_at[..after_at
+        .find(|c| matches!(c, ':' | ',') || ends_authority(c))
+        .unwrap_or(after_at.len())];
+    host.starts_with(|c: char| c.is_alphanumeric() || c == '[')
+        && !host.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Whether `c` ends a URL's authority (as far as finding credentials goes).
@@ -429,6 +578,106 @@ mod tests {
             ),
         ] {
             assert_eq!(without_credentials(url), shown);
+        }
+    }
+
+    /// Failed before: a `user:password@host` given without a scheme (a
+    /// gRPC endpoint as configured) was shown whole, in every text
+    /// scrubbed (the log writer's too).
+    #[test]
+    fn redacts_the_password_of_an_address_without_a_scheme() {
+        for (text, shown) in [
+            (
+                "user:pw-9x@collector:4317",
+                "user:[redacted]@collector:4317",
+            ),
+            (
+                "user:pw-9x@collector:4318/v1/traces",
+                "user:[redacted]@collector:4318/v1/traces",
+            ),
+            (":hunter2@db:6379", ":[redacted]@db:6379"),
+            ("u:Zm9v/YmFy+cXV4@db:6379", "u:[redacted]@db:6379"),
+            ("u:p@ss@[::1]:4317", "u:[redacted]@[::1]:4317"),
+            (
+                "endpoint=user:pw-9x@collector:4317 protocol=grpc",
+                "endpoint=user:[redacted]@collector:4317 protocol=grpc",
+            ),
+            (
+                "dial \"u:pw-9x@h:1\": refused; `u:pw-9x@h:1` <u:pw-9x@h>",
+                "dial \"u:[redacted]@h:1\": refused; `u:[redacted]@h:1` <u:[redacted]@h>",
+            ),
+            (
+                r#"{"endpoint":"u:pw-9x@h:1","x":1}"#,
+                r#"{"endpoint":"u:[redacted]@h:1","x":1}"#,
+            ),
+            ("a=b:pw-9x@d", "a=b:[redacted]@d"),
+            ("u:a=b:c@h", "u:[redacted]@h"),
+            ("é ü:pässwört@hóst é", "é ü:[redacted]@hóst é"),
+            // With a URL after it, or in its password: each redacted.
+            (
+                "u:pw-9x@h, also http://x:pw-9y@z",
+                "u:[redacted]@h, also http://x:[redacted]@z",
+            ),
+            ("u:a://b@h", "u:[redacted]@h"),
+            // Documented: the shape, though no credentials.
+            ("To:alice@example.com", "To:[redacted]@example.com"),
+        ] {
+            assert_eq!(without_credentials(text), shown, "{text}");
+            // In order and apart: one span for each password redacted.
+            assert_eq!(
+                credential_spans(text).len(),
+                shown.matches(REDACTED).count(),
+                "{text}"
+            );
+            // Idempotent.
+            assert_eq!(without_credentials(shown), shown);
+        }
+    }
+
+    /// A word of many places where a user name and a `:` start is read a
+    /// bounded number of times (read once for each, this took minutes),
+    /// and the bound is where documented.
+    #[test]
+    fn a_word_of_many_user_and_colon_pieces_is_read_a_bounded_number_of_times() {
+        for long in [
+            format!("{} x@y", "=:/".repeat(100_000)),
+            format!("{} x@y", "a'".repeat(100_000)),
+        ] {
+            assert!(matches!(without_credentials(&long), Cow::Borrowed(_)));
+        }
+        let after = |pieces: usize| format!("k{}=u:pw-9x@h", "=a:/".repeat(pieces));
+        assert_eq!(
+            without_credentials(&after(MOST_LOOKS_PER_WORD - 1)),
+            format!("k{}=u:[redacted]@h", "=a:/".repeat(MOST_LOOKS_PER_WORD - 1))
+        );
+        assert_eq!(
+            without_credentials(&after(MOST_LOOKS_PER_WORD)),
+            after(MOST_LOOKS_PER_WORD)
+        );
+    }
+
+    /// What an address without a scheme must not be read in: ordinary
+    /// text with an `@` or a `:` is shown as it is.
+    #[test]
+    fn leaves_text_that_is_no_address_without_a_scheme_as_is() {
+        for plain in [
+            "mail me@example.com at 10:30",
+            "Error: me@example.com",
+            "ssh from user@host:22",
+            "mailto:me@example.com <SIP:alice@atlanta.example> xmpp:a@b",
+            "07c37dfe 127.0.0.1:30004@31004 slave node-a:7000@17000",
+            "c3 127.0.0.1:7002@17002,node-c master - 0 0 3 connected",
+            "2026-12-07T22:03:30Z a@b",
+            "src/a:b@c x.y/u:p@h",
+            "u:p@ u:p@ h u:p@/x u:@h u:p@-h",
+            "https://host?u=x:y@z&v=a:b@c",
+            "key=:@h",
+        ] {
+            assert!(
+                matches!(without_credentials(plain), Cow::Borrowed(_)),
+                "{plain}: {}",
+                without_credentials(plain)
+            );
         }
     }
 

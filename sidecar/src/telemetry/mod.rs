@@ -454,17 +454,12 @@ impl Telemetry {
     }
 }
 
-/// `endpoint` as logged: without the credentials of its URL, a gRPC
-/// endpoint given without a scheme (`user:pw@collector:4317`) too.
+/// `endpoint` as logged: without the credentials of its URL, or the
+/// password of a gRPC endpoint given without a scheme
+/// (`user:pw@collector:4317`), as [`rewire_runtime::without_credentials`]
+/// finds them.
 pub(super) fn shown_endpoint(endpoint: &str) -> String {
-    if endpoint.contains("://") {
-        return rewire_runtime::without_credentials(endpoint).into_owned();
-    }
-    let shown = rewire_runtime::without_credentials(&format!("grpc://{endpoint}")).into_owned();
-    match shown.strip_prefix("grpc://") {
-        Some(rest) => rest.to_string(),
-        None => shown,
-    }
+    rewire_runtime::without_credentials(endpoint).into_owned()
 }
 
 /// Whether `settings` export spans (their TLS files are then read).
