@@ -18,14 +18,12 @@ use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{
-    Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
+    Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, ServerErrorKind, Value,
 };
 
 /// How many nodes [`AskNodes`] keeps a connection to: a migration imports
 /// into one master at a time, a resharding of a few at once into as many.
 pub const ASK_NODES_KEPT: usize = 4;
-/// How many Lua scripts [`AskNodes`] remembers (the components use six).
-pub const ASK_SCRIPTS_KEPT: usize = 32;
 
 /// A connection to one server or to a Redis Cluster; cheap to clone (the
 /// clones share the underlying connections).
@@ -44,10 +42,9 @@ pub enum AnyConnection {
 /// oldest dropped first; one that fails is dropped and opened again next
 /// time).
 ///
-/// A script is loaded by the components (`SCRIPT LOAD`, after `NOSCRIPT`)
-/// on the masters of the slot map only: its source is remembered here, and
-/// an `EVALSHA` the node named answers `NOSCRIPT` loads it there and goes
-/// again (it did not run).
+/// An `EVALSHA` the node named answers `NOSCRIPT` is given back as it is
+/// (it did not run): its caller sends `EVAL` with the source, which the
+/// `ASK` brings to that node again (see [`super::lua_script`]).
 ///
 /// They are the component's own: the cluster client routes a command to a
 /// node by address only over the connections of its slot map, and a master
@@ -58,9 +55,6 @@ pub enum AnyConnection {
 pub struct AskNodes {
     open_node: NodeOpener,
     open: Arc<Mutex<Vec<(String, u16, MultiplexedConnection)>>>,
-    /// The source of the scripts loaded through the cluster connection,
-    /// by SHA1.
-    scripts: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 /// Opens a plain connection to the node at `host:port` (with the cluster
@@ -75,41 +69,7 @@ impl AskNodes {
         Self {
             open_node,
             open: Arc::default(),
-            scripts: Arc::default(),
         }
-    }
-
-    /// Remembers the script of `cmd` when it is a `SCRIPT LOAD`.
-    fn note_script(&self, cmd: &Cmd) {
-        let mut args = cmd.args_iter();
-        let (Some(Arg::Simple(script)), Some(Arg::Simple(load)), Some(Arg::Simple(source))) =
-            (args.next(), args.next(), args.next())
-        else {
-            return;
-        };
-        if !script.eq_ignore_ascii_case(b"SCRIPT") || !load.eq_ignore_ascii_case(b"LOAD") {
-            return;
-        }
-        let Ok(source) = std::str::from_utf8(source) else {
-            return;
-        };
-        let sha = redis::Script::new(source).get_hash().to_string();
-        let mut scripts = self.scripts.lock().unwrap_or_else(PoisonError::into_inner);
-        if scripts.iter().any(|(known, _)| *known == sha) {
-            return;
-        }
-        if scripts.len() >= ASK_SCRIPTS_KEPT {
-            scripts.remove(0);
-        }
-        scripts.push((sha, source.to_string()));
-    }
-
-    fn script(&self, sha: &str) -> Option<String> {
-        let scripts = self.scripts.lock().unwrap_or_else(PoisonError::into_inner);
-        scripts
-            .iter()
-            .find(|(known, _)| known.eq_ignore_ascii_case(sha))
-            .map(|(_, source)| source.clone())
     }
 
     /// The connection to `host:port`: the one kept, or a new one.
@@ -146,30 +106,6 @@ impl AskNodes {
     /// `asked` sent to `host:port`; its replies as the caller wants them.
     async fn send(&self, asked: &Asked, host: &str, port: u16) -> RedisResult<Vec<Value>> {
         let mut conn = self.connection(host, port).await?;
-        let replies = self.exchange(&mut conn, asked, host, port).await?;
-        let source = match (&asked.evalsha, replies.as_slice()) {
-            (Some(sha), [Value::ServerError(err)])
-                if err.kind() == Some(ServerErrorKind::NoScript) =>
-            {
-                self.script(sha)
-            }
-            _ => None,
-        };
-        let Some(source) = source else {
-            return Ok(replies);
-        };
-        // The script did not run: loaded on the node, it goes again.
-        let loaded = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(source)
-            .query_async::<String>(&mut conn)
-            .await;
-        if let Err(err) = loaded {
-            if !matches!(err.kind(), ErrorKind::Server(_)) {
-                self.forget(host, port);
-            }
-            return Err(err);
-        }
         self.exchange(&mut conn, asked, host, port).await
     }
 
@@ -265,8 +201,6 @@ struct Asked {
     /// A transaction: the indexes of the replies to `MULTI` and the queued
     /// commands (an error there aborts `EXEC`), and of `EXEC`'s.
     transaction: Option<(Range<usize>, usize)>,
-    /// One `EVALSHA`: the script's SHA1.
-    evalsha: Option<String>,
 }
 
 impl Asked {
@@ -274,20 +208,10 @@ impl Asked {
         let mut pipe = redis::pipe();
         pipe.add_command(redis::cmd("ASKING"));
         pipe.add_command(cmd.clone());
-        let mut args = cmd.args_iter();
-        let evalsha = match (args.next(), args.next()) {
-            (Some(Arg::Simple(name)), Some(Arg::Simple(sha)))
-                if name.eq_ignore_ascii_case(b"EVALSHA") =>
-            {
-                Some(String::from_utf8_lossy(sha).into_owned())
-            }
-            _ => None,
-        };
         Self {
             pipe,
             keep: vec![1],
             transaction: None,
-            evalsha,
         }
     }
 
@@ -310,7 +234,6 @@ impl Asked {
                 pipe,
                 keep: wanted.map(|index| index + 1).collect(),
                 transaction: Some((1..queued + 2, queued + 2)),
-                evalsha: None,
             }
         } else {
             // ASKING before each command: outside a transaction it holds
@@ -323,7 +246,6 @@ impl Asked {
                 pipe,
                 keep: wanted.map(|index| 2 * index + 1).collect(),
                 transaction: None,
-                evalsha: None,
             }
         }
     }
@@ -407,10 +329,7 @@ impl ConnectionLike for AnyConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Node(manager) => manager.req_packed_command(cmd),
-            Self::Cluster(cluster, nodes) => {
-                nodes.note_script(cmd);
-                cluster.req_packed_command(cmd)
-            }
+            Self::Cluster(cluster, _) => cluster.req_packed_command(cmd),
         }
     }
 
@@ -583,23 +502,16 @@ mod tests {
         assert_eq!(err.code(), Some("NOAUTH"));
     }
 
-    /// The source of a script loaded through the cluster connection is
-    /// found again by the SHA1 an `EVALSHA` names.
+    /// A `NOSCRIPT` of the node asked is the caller's reply (the script
+    /// did not run; its caller sends `EVAL`), not an error of the `ASK`.
     #[test]
-    fn a_loaded_script_is_found_by_the_sha_of_an_evalsha() {
-        let never: NodeOpener = Arc::new(|_, _| {
-            Box::pin(async { Err(RedisError::from((ErrorKind::Io, "not opened here"))) })
-        });
-        let nodes = AskNodes::new(never);
-        let source = "return 1";
-        let script = redis::Script::new(source);
-        nodes.note_script(redis::cmd("GET").arg("SCRIPT"));
-        assert_eq!(nodes.script(script.get_hash()), None);
-        nodes.note_script(redis::cmd("SCRIPT").arg("LOAD").arg(source));
-        let asked = Asked::command(redis::cmd("EVALSHA").arg(script.get_hash()).arg(0));
-        let sha = asked.evalsha.expect("an EVALSHA");
-        assert_eq!(nodes.script(&sha).as_deref(), Some(source));
-        assert_eq!(Asked::command(&redis::cmd("GET")).evalsha, None);
+    fn a_noscript_of_the_node_asked_is_given_back() {
+        let asked = Asked::command(redis::cmd("EVALSHA").arg("0123").arg(1).arg("k"));
+        let noscript = reply("-NOSCRIPT No matching script. Please use EVAL.\r\n");
+        assert_eq!(
+            asked.replies(vec![Value::Okay, noscript.clone()]),
+            Ok(vec![noscript])
+        );
     }
 
     #[test]

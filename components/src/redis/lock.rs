@@ -25,6 +25,7 @@ use crate::time_limits::check_ttl;
 
 use super::connection::{RedisConnection, Session};
 use super::duration::Timeout;
+use super::lua_script::LuaScript;
 use super::metadata::RedisMetadata;
 use super::scripts;
 
@@ -399,7 +400,7 @@ impl RedisLock {
     async fn owner_script(
         &self,
         namespace: &Namespace,
-        script: &redis::Script,
+        script: &LuaScript,
         req: &UnlockRequest,
         expiry_ms: Option<u64>,
     ) -> Result<UnlockStatus, LockError> {
@@ -488,7 +489,7 @@ impl RedisLock {
     async fn owner_script_before(
         &self,
         previous: &Arc<Previous>,
-        script: &redis::Script,
+        script: &LuaScript,
         req: &UnlockRequest,
         expiry_ms: Option<u64>,
     ) -> Result<UnlockStatus, LockError> {
@@ -917,7 +918,7 @@ impl RedisLock {
         req: &UnlockRequest,
         renew_ms: Option<u64>,
     ) -> Result<UnlockStatus, LockError> {
-        let script: &redis::Script = match renew_ms {
+        let script: &LuaScript = match renew_ms {
             Some(_) => &scripts::KEEP_ALIVE,
             None => &scripts::UNLOCK,
         };

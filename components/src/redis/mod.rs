@@ -26,6 +26,7 @@ mod connect;
 pub mod connection;
 pub mod duration;
 pub mod lock;
+pub mod lua_script;
 pub mod metadata;
 pub mod pubsub;
 mod pubsub_connected;

@@ -2,12 +2,13 @@
 //! state store is a hash with fields `data` and `version`; a lock is a
 //! string key holding its owner.
 //!
-//! Scripts are sent with `EVALSHA` and loaded on a `NOSCRIPT` reply, so a
-//! fresh server (after a failover, or a swapped connection) just works.
+//! Scripts are sent with `EVALSHA`, and with `EVAL` of their source on a
+//! `NOSCRIPT` reply (see [`super::lua_script`]), so a fresh server (after a
+//! failover, or a swapped connection) just works.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use super::lua_script::LuaScript;
 
 /// Reply of [`SET`] and [`DELETE_IF_VERSION`] when the condition fails.
 pub const MISMATCH: i64 = -1;
@@ -47,8 +48,8 @@ end
 /// replaced by an unconditional write and fails a conditional one. A
 /// stored version that is not a whole number it can increment (`abc`,
 /// `1.5`) fails the write with an error, nothing written.
-pub static SET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub static SET: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
         version_check_lua!(),
         r#"
 local version = redis.pcall("HGET", KEYS[1], "version")
@@ -79,8 +80,8 @@ return new
 /// `delDefaultQuery`, so a retried delete whose first reply was lost is
 /// not a conflict), or [`MISMATCH`] (another version, or a key without
 /// one).
-pub static DELETE_IF_VERSION: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+pub static DELETE_IF_VERSION: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
         r#"
 local version = redis.pcall("HGET", KEYS[1], "version")
 if type(version) ~= "string" then
@@ -103,8 +104,8 @@ pub const OTHER_OWNER: i64 = -1;
 
 /// Releases lock `KEYS[1]` if `ARGV[1]` owns it; replies [`UNLOCKED`],
 /// [`NO_LOCK`] or [`OTHER_OWNER`].
-pub static UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+pub static UNLOCK: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
         r#"
 local owner = redis.call("GET", KEYS[1])
 if not owner then return 0 end
@@ -117,8 +118,8 @@ return 1
 
 /// Renews lock `KEYS[1]` to `ARGV[2]` milliseconds if `ARGV[1]` owns it;
 /// replies as [`UNLOCK`] does ([`UNLOCKED`] meaning renewed).
-pub static KEEP_ALIVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+pub static KEEP_ALIVE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
         r#"
 local owner = redis.call("GET", KEYS[1])
 if not owner then return 0 end
@@ -134,8 +135,8 @@ return 1
 /// (taken or renewed) or [`OTHER_OWNER`]. A keep-alive moving a lock to a
 /// new namespace: a concurrent keep-alive of the same owner may have put
 /// it there first.
-pub static TAKE_OR_RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+pub static TAKE_OR_RENEW: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
         r#"
 local owner = redis.call("GET", KEYS[1])
 if owner and owner ~= ARGV[1] then return -1 end
@@ -161,8 +162,8 @@ return 1
 /// five values of `ARGV`: `"s"` (write) or `"d"` (delete),
 /// the expected version (`""`: none), `"1"` for first-write, the data, the
 /// TTL in milliseconds (as for [`SET`]).
-pub static TRANSACTION: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+pub static TRANSACTION: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(concat!(
         version_check_lua!(),
         r#"
 local versions, exists = {}, {}

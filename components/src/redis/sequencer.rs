@@ -32,7 +32,6 @@
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Weak};
 
-use redis::Script;
 use rewire_runtime::{
     Component, ComponentError, IdRange, InPlace, InPlaceUpdate, InitContext, Metadata,
     NextIdRequest, Readiness, SegmentRequest, Sequencer, SequencerError,
@@ -40,6 +39,7 @@ use rewire_runtime::{
 use tracing::{debug, warn};
 
 use super::connection::{RedisConnection, Session};
+use super::lua_script::LuaScript;
 use super::metadata::{RedisMetadata, RedisType};
 use crate::high_water::{
     check_key_prefix, check_request, layotto_key, old_rewire_key, retry_floor, HighWater, Verdict,
@@ -77,8 +77,8 @@ const MAX_ATTEMPTS: usize = 16;
 /// `redis.error_reply` from the main chunk: before Redis 7.0 an `error()`
 /// raised with a table in a function failed in the error handler, losing
 /// the message.
-static NEXT_RANGE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+static NEXT_RANGE: LazyLock<LuaScript> = LazyLock::new(|| {
+    LuaScript::new(
         r#"
 local function below(value, floor)
   if not value then

@@ -52,7 +52,7 @@ pub(crate) fn metadata(cluster: &RedisCluster) -> Value {
     })
 }
 
-async fn lock_store(cluster: &RedisCluster) -> Arc<dyn Lock> {
+pub(crate) async fn lock_store(cluster: &RedisCluster) -> Arc<dyn Lock> {
     match common::start("lock", "redis", metadata(cluster)).await {
         Ok(Instance::Lock(lock)) => lock,
         Ok(other) => panic!("expected a lock, got {other:?}"),
@@ -68,7 +68,7 @@ pub(crate) async fn state_store(cluster: &RedisCluster) -> Arc<dyn StateStore> {
     }
 }
 
-fn lock(resource: &str, owner: &str) -> TryLockRequest {
+pub(crate) fn lock(resource: &str, owner: &str) -> TryLockRequest {
     TryLockRequest {
         resource_id: resource.into(),
         lock_owner: owner.into(),
@@ -76,14 +76,14 @@ fn lock(resource: &str, owner: &str) -> TryLockRequest {
     }
 }
 
-fn unlock(resource: &str, owner: &str) -> UnlockRequest {
+pub(crate) fn unlock(resource: &str, owner: &str) -> UnlockRequest {
     UnlockRequest {
         resource_id: resource.into(),
         lock_owner: owner.into(),
     }
 }
 
-async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
+pub(crate) async fn read(store: &dyn StateStore, key: &str) -> Option<(String, String)> {
     let req = GetRequest {
         key: key.into(),
         ..GetRequest::default()

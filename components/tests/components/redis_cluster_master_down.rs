@@ -13,15 +13,21 @@
 //! its replica is promoted — `NotReady` is then the truth, and `Degraded`
 //! lasts too short to be seen surely by a 100 ms poll. The verdict for
 //! `fail` answers is unit-tested in `redis::connection::cluster_readiness`.
+//!
+//! With one master down for good (its replica never promoted), the Lua
+//! scripts still run on the other masters after their script cache was
+//! emptied: the `NOSCRIPT` is answered on the key's node alone, never by
+//! loading the script on every node (the dead one included).
 
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use rewire_runtime::{Readiness, StateStore};
+use rewire_runtime::{Readiness, StateStore, UnlockStatus};
 use testkit::redis_cluster::RedisCluster;
 use tokio::time::{sleep, Instant};
 
-use crate::redis_cluster::state_store;
+use crate::redis_cluster::{lock, lock_store, master_of, read, state_store, unlock};
+use crate::support::state_requests::write;
 
 const POLL_EVERY: Duration = Duration::from_millis(100);
 /// Readiness checks counted for new connections while the master is down.
@@ -202,4 +208,74 @@ async fn redis_cluster_one_master_down_is_degraded_not_not_ready() {
         );
         sleep(POLL_EVERY).await;
     }
+}
+
+/// A key (`{healthy-N}`, a hash tag: a lock of that resource is in its
+/// slot too) that the master at `port` serves.
+async fn key_served_by(cluster: &RedisCluster, port: u16) -> String {
+    for n in 0.. {
+        let key = format!("{{healthy-{n}}}");
+        if master_of(cluster, &key).await == port {
+            return key;
+        }
+    }
+    unreachable!()
+}
+
+/// One master killed and never replaced (its replica may not fail over),
+/// then another master's script cache emptied (`SCRIPT FLUSH`, as a
+/// restart empties it): a save with an etag and an unlock of keys on that
+/// healthy master still succeed. (The
+/// client's own repair of `NOSCRIPT`, a `SCRIPT LOAD` on every node of its
+/// slot map, failed on the dead master until each request's deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_scripts_run_on_a_flushed_master_while_another_master_is_down() {
+    let mut cluster = RedisCluster::start().await;
+    let store = state_store(&cluster).await;
+    let locks = lock_store(&cluster).await;
+    let masters = cluster.master_ports().await;
+    let (dead, healthy) = (masters[0], masters[1]);
+    let mut watch = Watch::open(cluster.running_ports().into_iter().filter(|p| *p != dead)).await;
+    watch
+        .set_on_all(&["CONFIG", "SET", "cluster-require-full-coverage", "no"])
+        .await;
+    watch
+        .set_on_all(&["CONFIG", "SET", "cluster-replica-no-failover", "yes"])
+        .await;
+    let key = key_served_by(&cluster, healthy).await;
+    store
+        .set(write(&key, "before", None))
+        .await
+        .expect("write before the kill");
+    let (_, etag) = read(&*store, &key).await.expect("written");
+    assert_eq!(locks.try_lock(lock(&key, "a")).await, Ok(true));
+
+    cluster.kill(dead);
+    let killed = Instant::now();
+    let dead_named = format!("master 127.0.0.1:{dead} unreachable");
+    loop {
+        let readiness = store.readiness().await;
+        if matches!(&readiness, Readiness::Degraded(why) if why.contains(&dead_named)) {
+            break;
+        }
+        assert!(
+            killed.elapsed() < FAILOVER_LIMIT,
+            "not Degraded naming {dead_named} within {FAILOVER_LIMIT:?}: {readiness:?}"
+        );
+        sleep(POLL_EVERY).await;
+    }
+    assert_eq!(watch.text(healthy, &["SCRIPT", "FLUSH"]).await, "OK");
+
+    store
+        .set(write(&key, "after", Some(&etag)))
+        .await
+        .expect("etag write on the healthy master");
+    assert_eq!(
+        locks.unlock(unlock(&key, "a")).await,
+        Ok(UnlockStatus::Success)
+    );
+    assert_eq!(
+        read(&*store, &key).await.map(|(data, _)| data).as_deref(),
+        Some("after")
+    );
 }
