@@ -776,15 +776,10 @@ pub fn new_event_id() -> String {
         );
         *word = hasher.finish();
     }
-    let hex = format!("{:016x}{:016x}", words[0], words[1]);
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[13..16],
-        &hex[17..20],
-        &hex[20..32]
-    )
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&words[0].to_be_bytes());
+    bytes[8..].copy_from_slice(&words[1].to_be_bytes());
+    uuid_form(&bytes, '4')
 }
 
 /// The id of the envelope made around a delivered `message` that is not
@@ -811,12 +806,19 @@ fn delivered_event_id(message: &rewire_runtime::Message, pubsub_name: &str) -> S
         digest.update(part);
     }
     let hash = digest.finish();
-    let hex: String = hash.as_ref()[..16]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash.as_ref()[..16]);
+    uuid_form(&bytes, '5')
+}
+
+/// `bytes` in the form of a UUID of `version` (`'4'` random, `'5'`
+/// name-based): lowercase hex in groups of 8-4-4-4-12, the version digit
+/// in place of the 13th hex digit and `a` (the RFC 4122 variant) in place
+/// of the 17th.
+fn uuid_form(bytes: &[u8; 16], version: char) -> String {
+    let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
     format!(
-        "{}-{}-5{}-a{}-{}",
+        "{}-{}-{version}{}-a{}-{}",
         &hex[0..8],
         &hex[8..12],
         &hex[13..16],
@@ -1305,6 +1307,42 @@ mod tests {
         // A CloudEvent keeps its own id.
         let event = delivered(cloud_event("application/json", serde_json::json!(1)));
         assert_eq!(event.id, "e1");
+    }
+
+    /// The ids keep their form and a delivered message's id its value (an
+    /// app de-duplicating by id across an upgrade of the sidecar): the
+    /// value pinned here was computed apart, as the SHA-256 of the
+    /// length-prefixed pub/sub, topic, broker id, content type and payload.
+    #[test]
+    fn the_envelope_ids_keep_their_uuid_form_and_value() {
+        let message = rewire_runtime::Message {
+            id: "m-1".into(),
+            topic: "orders".into(),
+            data: b"hello".to_vec(),
+            content_type: Some("text/plain".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            delivered_event_id(&message, "pubsub"),
+            "d9920701-1640-5a4c-a631-6cb1cd40b3d6"
+        );
+        let random = new_event_id();
+        let groups: Vec<&str> = random.split('-').collect();
+        assert_eq!(
+            groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12],
+            "{random}"
+        );
+        assert!(
+            groups[2].starts_with('4') && groups[3].starts_with('a'),
+            "{random}"
+        );
+        assert!(
+            random
+                .chars()
+                .all(|c| c == '-' || matches!(c, '0'..='9' | 'a'..='f')),
+            "{random}"
+        );
     }
 
     /// The event a message holding the CloudEvent `fields` reads as.
