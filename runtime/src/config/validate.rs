@@ -570,7 +570,38 @@ fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
             "a component name must be non-empty and contain no `/`",
         ));
     }
+    if name.len() > MAX_NAME_BYTES {
+        // Only a cut of the name is shown: it may be megabytes.
+        return Some(Problem::file(format!(
+            "{}/{}: name: a component name must be at most {MAX_NAME_BYTES} bytes (as a Kubernetes object's), not {}",
+            cut(key.kind.as_str()),
+            cut(name),
+            name.len()
+        )));
+    }
     None
+}
+
+/// The longest component name, in bytes: a Kubernetes object name's bound
+/// (DNS-1123 subdomain), which Dapr's component names are. A name is
+/// written into every status, metric label, log line and span about its
+/// component: a longer one would make each of them as large.
+pub(crate) const MAX_NAME_BYTES: usize = 253;
+
+/// How much of a kind or name a problem shows of one too long.
+const SHOWN_BYTES: usize = 32;
+
+/// `text`'s first [`SHOWN_BYTES`] (at a character boundary), then `…`,
+/// when it is longer.
+fn cut(text: &str) -> String {
+    if text.len() <= SHOWN_BYTES {
+        return text.to_string();
+    }
+    let mut end = SHOWN_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// A type two linked crates (or two derives) register: which one serves

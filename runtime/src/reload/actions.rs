@@ -37,7 +37,10 @@ pub enum Action {
 /// after it (or that would have, for a rolled-back reload) and for each it
 /// removed. A component it did not act on is [`Action::Unchanged`].
 ///
-/// Reads like a map keyed by `kind/name`; it serializes as one.
+/// Reads like a map keyed by `kind/name`. It serializes as a map of the
+/// components the reload [acted on](Self::acted) only: the others are
+/// counted ([`Self::unlisted`]), not written out, so a record's size does
+/// not grow with the running set (a status shows 100 records).
 #[derive(Clone, Default)]
 pub struct Actions {
     acted: BTreeMap<ComponentKey, Action>,
@@ -88,6 +91,12 @@ impl Actions {
         self.acted.iter()
     }
 
+    /// The number of components serving after the reload that it did not
+    /// act on (each kept unchanged), which its serialized form leaves out.
+    pub fn unlisted(&self) -> usize {
+        self.len() - self.acted.len()
+    }
+
     /// The number of components concerned.
     pub fn len(&self) -> usize {
         let outside = self
@@ -132,6 +141,13 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
+/// Each given component with its action, as acted on; none else serving.
+impl FromIterator<(ComponentKey, Action)> for Actions {
+    fn from_iter<I: IntoIterator<Item = (ComponentKey, Action)>>(actions: I) -> Self {
+        Self::new(actions.into_iter().collect(), OrdSet::new())
+    }
+}
+
 impl<'a> IntoIterator for &'a Actions {
     type Item = (&'a ComponentKey, &'a Action);
     type IntoIter = Iter<'a>;
@@ -167,10 +183,11 @@ impl fmt::Debug for Actions {
     }
 }
 
+/// The components acted on, as a map by `kind/name` (see [`Actions`]).
 impl Serialize for Actions {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.len()))?;
-        for (key, action) in self {
+        let mut map = serializer.serialize_map(Some(self.acted.len()))?;
+        for (key, action) in self.acted() {
             map.serialize_entry(&key.to_string(), action)?;
         }
         map.end()
@@ -226,23 +243,24 @@ mod tests {
         assert!(Actions::default().is_empty());
     }
 
+    /// Only the components acted on are written out, the others counted.
+    /// Before: every serving component was written as `unchanged`, in
+    /// every record (100 of them in a status).
     #[test]
-    fn serializes_as_a_map_by_written_key() {
+    fn serializes_as_a_map_of_the_components_acted_on_by_written_key() {
         let json = serde_json::to_value(sample()).unwrap();
         assert_eq!(
             json,
-            serde_json::json!({"acme/x/e": "unchanged", "state/a": "unchanged", "state/b": "removed",
-                               "state/c": "updated_in_place", "state/d": "unchanged"})
+            serde_json::json!({"state/b": "removed", "state/c": "updated_in_place"})
         );
+        assert_eq!(sample().unlisted(), 3);
+        assert_eq!(Actions::default().unlisted(), 0);
         assert_eq!(format!("{:?}", Actions::default()), "{}");
     }
 
     #[test]
     fn equal_when_they_read_alike() {
-        let written_out = Actions::new(
-            sample().iter().map(|(k, a)| (k.clone(), *a)).collect(),
-            OrdSet::new(),
-        );
+        let written_out: Actions = sample().iter().map(|(k, a)| (k.clone(), *a)).collect();
         assert_eq!(sample(), written_out);
         assert_ne!(sample(), Actions::default());
     }

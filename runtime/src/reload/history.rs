@@ -56,8 +56,10 @@ pub enum Outcome {
     RolledBack,
 }
 
-/// One reload, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One reload, as recorded. It serializes with its fields, `actions` as
+/// a map of only the components it acted on, and `unchanged`: how many
+/// other components it left serving as they were (see [`Actions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadRecord {
     /// The generation serving after the reload.
     pub generation: u64,
@@ -81,6 +83,37 @@ pub struct ReloadRecord {
     pub duration_ms: u64,
     /// When it ended, in milliseconds since the Unix epoch.
     pub at_unix_ms: u64,
+}
+
+impl Serialize for ReloadRecord {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The record as written: its fields, with the count of the
+        /// components `actions` leaves out.
+        #[derive(Serialize)]
+        struct Written<'a> {
+            generation: u64,
+            trigger: &'a Trigger,
+            attempt: u32,
+            outcome: Outcome,
+            error: &'a Option<String>,
+            actions: &'a Actions,
+            unchanged: usize,
+            duration_ms: u64,
+            at_unix_ms: u64,
+        }
+        Written {
+            generation: self.generation,
+            trigger: &self.trigger,
+            attempt: self.attempt,
+            outcome: self.outcome,
+            error: &self.error,
+            actions: &self.actions,
+            unchanged: self.actions.unlisted(),
+            duration_ms: self.duration_ms,
+            at_unix_ms: self.at_unix_ms,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// The last reloads, oldest first.
@@ -114,5 +147,41 @@ impl History {
             .iter()
             .map(|r| ReloadRecord::clone(r))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::actions::Action;
+    use super::*;
+    use crate::component::ComponentKey;
+
+    fn record(error: &str, acted: &[&str]) -> ReloadRecord {
+        ReloadRecord {
+            generation: 2,
+            trigger: Trigger::Api,
+            attempt: 0,
+            outcome: Outcome::Applied,
+            error: Some(error.to_string()),
+            actions: acted
+                .iter()
+                .map(|name| (ComponentKey::new("state", name), Action::Unchanged))
+                .collect(),
+            duration_ms: 1,
+            at_unix_ms: 1,
+        }
+    }
+
+    /// Written with the components acted on and a count of the others.
+    #[test]
+    fn a_record_is_written_with_what_it_acted_on_and_a_count_of_the_rest() {
+        let json = serde_json::to_value(record("e", &["x"])).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"generation": 2, "trigger": "api", "attempt": 0,
+                               "outcome": "applied", "error": "e",
+                               "actions": {"state/x": "unchanged"}, "unchanged": 0,
+                               "duration_ms": 1, "at_unix_ms": 1})
+        );
     }
 }

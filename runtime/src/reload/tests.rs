@@ -394,27 +394,43 @@ async fn a_rejected_reload_is_an_error_in_the_trace() {
     assert!(message.contains("nope"), "{message}");
 }
 
-/// A reload rejected over a component whose name runs to 1 MiB keeps,
+/// A reload rejected over a component whose type runs to 1 MiB keeps,
 /// logs, exports and shows a bounded error that still says what is wrong
-/// (whole, it was kept 100 times over and returned by every status call).
+/// (whole, it was kept 100 times over and returned by every status call);
+/// one whose name does is refused for its name, shown cut.
 #[tokio::test]
 async fn a_rejected_reload_over_a_huge_name_records_a_bounded_error() {
     let capture = Capture::default();
     let _default = tracing::subscriber::set_default(capture.clone());
     let reloader = reloader_of(&named("k", 1)).await;
     let huge = "n".repeat(1 << 20);
-    let request = ReloadRequest::new(config_of(&[(huge, "nope")]), Trigger::Api);
+    let request = ReloadRequest::new(config_of(&[("x".into(), &huge)]), Trigger::Api);
     let result = reloader.reload(request).await;
     assert!(matches!(result, Err(ReloadError::Invalid(_))), "{result:?}");
     let history = reloader.history();
     let error = history[0].error.as_deref().unwrap_or_default();
     assert!(error.len() < 8 * 1024, "{} bytes kept", error.len());
-    assert!(error.starts_with("custom/nnn"), "{error:.200}");
+    assert!(
+        error.starts_with("custom/x: unknown type `nnn"),
+        "{error:.200}"
+    );
     assert!(error.contains('…'), "cut: {error:.200}");
-    assert!(error.contains("nope"), "the problem is gone: {error}");
+    assert!(
+        error.contains("for kind `custom`"),
+        "the problem is gone: {error}"
+    );
     let roots = capture.named("rewire.reload");
     let message = field(&roots[0], "otel.status_description").unwrap_or_default();
     assert_eq!(message, error, "the span's status is the record's error");
+
+    let request = ReloadRequest::new(config_of(&[(huge, "ok")]), Trigger::Api);
+    let result = reloader.reload(request).await;
+    assert!(matches!(result, Err(ReloadError::Invalid(_))), "{result:?}");
+    let error = reloader.history()[1].error.clone().unwrap_or_default();
+    assert!(
+        error.starts_with("custom/nnn") && error.contains("…: name: ") && error.len() < 256,
+        "{error:.300}"
+    );
 }
 
 #[tokio::test]

@@ -659,6 +659,51 @@ async fn control_plane_changes_waiting_on_a_queued_reload_keep_their_order() {
     runtime.shutdown().await;
 }
 
+/// A status's reload records list only what each reload acted on, and
+/// count the rest: their size does not grow with the running set. Before:
+/// each of the (up to 100) records listed every serving component as
+/// `unchanged`, so 4,000 components made a status of 16 MiB, past what
+/// `rewire status` reads and gRPC clients decode.
+#[tokio::test]
+async fn a_status_record_lists_what_its_reload_acted_on_and_counts_the_rest() {
+    const SERVING: usize = 300;
+    let names: Vec<String> = (0..SERVING).map(|i| format!("sized-{i}")).collect();
+    let components: Vec<(&str, &[&str])> = names.iter().map(|n| (n.as_str(), &[][..])).collect();
+    let config = valid(&json!({"components": {"custom": declared(&components, &[])}}));
+    let runtime = Runtime::start(config, registry(), RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let key = ComponentKey::new("custom", "sized-0");
+    for round in 0..20 {
+        let mut metadata = Map::new();
+        metadata.insert("v".into(), json!(round));
+        let patch = ComponentPatch {
+            metadata,
+            ..ComponentPatch::default()
+        };
+        let record = runtime
+            .amend_component(key.clone(), patch, None)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Read in memory, every component still has its action.
+        assert_eq!(record.actions.len(), SERVING);
+    }
+    let status = serde_json::to_value(runtime.status().await).expect("status");
+    let reloads = status["reloads"].as_array().cloned().unwrap_or_default();
+    assert_eq!(reloads.len(), 20, "{status}");
+    for record in &reloads {
+        assert_eq!(
+            record["actions"],
+            json!({"custom/sized-0": "rebuilt"}),
+            "{record}"
+        );
+        assert_eq!(record["unchanged"], json!(SERVING - 1), "{record}");
+        let size = record.to_string().len();
+        assert!(size < 512, "a record of {size} bytes: {record}");
+    }
+    runtime.shutdown().await;
+}
+
 mod reload_bounds;
 mod status_during_reload;
 mod watched_ref_after_staged_panic;

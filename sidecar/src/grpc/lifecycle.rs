@@ -327,9 +327,11 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
     }
 }
 
-/// An ACK: the record's generation, outcome and actions, and, when a
-/// component's update failed after the commit (a staged in-place update
-/// that panicked: it runs as before), the reason, one line each.
+/// An ACK: the record's generation, outcome and the actions of the
+/// components the reload acted on (not every one serving: an answer does
+/// not grow with the running set), and, when a component's update failed
+/// after the commit (a staged in-place update that panicked: it runs as
+/// before), the reason, one line each.
 fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfigurationResponse {
     let lines = record.error.iter().flat_map(|e| e.lines());
     pb::ApplyConfigurationResponse {
@@ -339,7 +341,7 @@ fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfi
         outcome: snake_case(&record.outcome),
         actions: record
             .actions
-            .iter()
+            .acted()
             .map(|(component, action)| (component.to_string(), snake_case(action)))
             .collect(),
     }

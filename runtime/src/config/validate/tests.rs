@@ -668,3 +668,36 @@ fn a_repeated_component_ref_is_a_problem_though_a_field_would_take_it() {
         ["cache/x: componentRef[2]: references `state/orders` again (componentRef[0])"]
     );
 }
+
+/// A component name is at most 253 bytes, as a Kubernetes object's: the
+/// problem names the component (a cut of it) and the field. Before: any
+/// length passed, and a megabyte name was written into every status
+/// record of the history, each metric label, log line and span.
+#[test]
+fn a_component_name_longer_than_a_kubernetes_name_is_refused_showing_a_cut() {
+    let with_name = |name: &str| {
+        problems(&format!(
+            r#"{{"components": {{"state": {{"{name}": {{"type": "memory"}}}}}}}}"#
+        ))
+    };
+    assert!(with_name(&"a".repeat(MAX_NAME_BYTES)).is_empty());
+    let found = with_name(&"a".repeat(MAX_NAME_BYTES + 1));
+    assert_eq!(
+        found,
+        [format!(
+            "state/{}…: name: a component name must be at most 253 bytes (as a Kubernetes object's), not 254",
+            "a".repeat(32)
+        )]
+    );
+    // Cut at a character boundary; the name is not shown whole.
+    let long = "é".repeat(256 * 1024);
+    let found = with_name(&long);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with(&format!("state/{}…: name: ", "é".repeat(16)))
+            && found[0].ends_with(&format!("not {}", long.len()))
+            && found[0].len() < 200,
+        "{}",
+        found[0]
+    );
+}

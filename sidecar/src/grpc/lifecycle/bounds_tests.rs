@@ -38,6 +38,14 @@ impl Component for Holder {
     }
 }
 
+/// A worker that does nothing.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "worker", type = "test.lifecycle.idle")]
+struct Idle {}
+
+#[async_trait]
+impl Component for Idle {}
+
 /// The Lifecycle API over a runtime of the components collected here.
 async fn api() -> (LifecycleApi, ApiState) {
     let registry = Registry::collected();
@@ -340,5 +348,28 @@ async fn a_push_cut_short_by_shutdown_is_marked_so() {
         (info.reason.as_str(), info.domain.as_str()),
         ("RELOAD_CUT_SHORT", "rewire")
     );
+    state.runtime.shutdown().await;
+}
+
+/// An ACK lists what its reload acted on, not every component serving:
+/// its size is the push's, not the running set's. Before: each ACK
+/// named every serving component `unchanged`.
+#[tokio::test]
+async fn an_ack_lists_only_what_its_reload_acted_on() {
+    let (api, state) = api().await;
+    for i in 0..20 {
+        let config = component("worker", &format!("idle-{i}"), "test.lifecycle.idle");
+        let ack = api
+            .apply_configuration(push(config, "10S"))
+            .await
+            .expect("an ACK")
+            .into_inner();
+        assert!(ack.accepted, "{ack:?}");
+        assert_eq!(
+            ack.actions,
+            [(format!("worker/idle-{i}"), "added".to_string())].into(),
+            "push {i}"
+        );
+    }
     state.runtime.shutdown().await;
 }
