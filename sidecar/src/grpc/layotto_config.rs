@@ -355,21 +355,10 @@ async fn add(
                 stop.cancel();
                 break;
             };
-            // A change larger than one answer may be goes out in several
-            // (a reload's catch-up included); only an item larger than
-            // that alone is too large.
-            let overhead = store_name.len() + app_id.len();
-            let room = answers.limit().saturating_sub(overhead);
-            let sent = match pieces(change.items, room, item_bytes) {
+            let limit = answers.limit();
+            let sent = match answers_of(change.items, &store_name, &app_id, limit) {
                 Ok(cut) => answers
-                    .try_send_change(cut.into_iter().map(|piece| {
-                        let answer = pb::SubscribeConfigurationResponse {
-                            store_name: store_name.clone(),
-                            app_id: app_id.clone(),
-                            items: piece.items.into_iter().map(item_of).collect(),
-                        };
-                        (Ok(answer), overhead + piece.bytes)
-                    }))
+                    .try_send_change(cut.into_iter().map(|(answer, size)| (Ok(answer), size)))
                     .map_err(|refused| (refused, None)),
                 Err(too_large) => Err((Refused::TooLarge, Some(too_large))),
             };
@@ -392,6 +381,30 @@ async fn add(
         }
     });
     Ok(())
+}
+
+/// The answers carrying `items`, one change, to a stream of `store_name`
+/// and `app_id`, each with the bytes it takes: several when together they
+/// take more than the `limit` of one answer (a reload's catch-up sends
+/// every item that differs as one change), in order; refused only when one
+/// item alone takes more.
+fn answers_of(
+    items: Vec<ConfigItem>,
+    store_name: &str,
+    app_id: &str,
+    limit: usize,
+) -> Result<Vec<(pb::SubscribeConfigurationResponse, usize)>, ItemTooLarge> {
+    let overhead = store_name.len() + app_id.len();
+    let cut = pieces(items, limit.saturating_sub(overhead), item_bytes)?;
+    let answers = cut.into_iter().map(|piece| {
+        let answer = pb::SubscribeConfigurationResponse {
+            store_name: store_name.to_string(),
+            app_id: app_id.to_string(),
+            items: piece.items.into_iter().map(item_of).collect(),
+        };
+        (answer, overhead + piece.bytes)
+    });
+    Ok(answers.collect())
 }
 
 /// Why a stream whose answer was `refused` is dropped.
@@ -460,6 +473,41 @@ fn item_of(item: ConfigItem) -> pb::ConfigurationItem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change larger than one answer may be is cut into several, each
+    /// within the limit, in order; only an item larger than the limit
+    /// alone is refused (before the fix the whole change was one answer,
+    /// refused past the limit, and the stream dropped).
+    #[test]
+    fn a_change_larger_than_one_answer_goes_out_in_several() {
+        let item = |key: &str, n: usize| ConfigItem {
+            key: key.into(),
+            value: "x".repeat(n),
+            ..ConfigItem::default()
+        };
+        let items = vec![item("a", 6_000), item("b", 6_000), item("c", 10)];
+        let answers = answers_of(items, "cfg", "shop", 10_000).expect("every item fits");
+        let keys: Vec<Vec<&str>> = answers
+            .iter()
+            .map(|(answer, _)| answer.items.iter().map(|i| i.key.as_str()).collect())
+            .collect();
+        assert_eq!(keys, vec![vec!["a"], vec!["b", "c"]]);
+        for (answer, size) in &answers {
+            assert!(*size <= 10_000, "{size}");
+            assert_eq!(
+                (answer.store_name.as_str(), answer.app_id.as_str()),
+                ("cfg", "shop")
+            );
+        }
+        let huge = vec![item("small", 1), item("huge", 10_000)];
+        assert_eq!(
+            answers_of(huge, "cfg", "shop", 10_000).err(),
+            Some(ItemTooLarge {
+                index: 1,
+                bytes: 10_004
+            })
+        );
+    }
 
     /// A store name of any length is quoted cut in the timeout's message
     /// (failed before the fix: quoted whole, 100 KB in a `grpc-message`).
