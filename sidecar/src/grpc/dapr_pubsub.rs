@@ -7,6 +7,7 @@ use tonic::{Code, Status};
 
 use super::proto::dapr::proto::runtime::v1 as pb;
 use crate::dapr::{Call, PubSubOpError, PublishEvent};
+use rewire_runtime::PubSubError;
 
 tokio::task_local! {
     /// The W3C trace headers of the call being served.
@@ -102,11 +103,50 @@ impl From<PubSubOpError> for Status {
             | PubSubOpError::CloudEvent { .. }
             | PubSubOpError::EventConversion { .. }
             | PubSubOpError::Limit(_)
-            | PubSubOpError::Metadata { .. } => Code::InvalidArgument,
+            | PubSubOpError::Metadata { .. }
+            | PubSubOpError::Publish {
+                source: PubSubError::Invalid(_),
+                ..
+            }
+            | PubSubOpError::Subscribe {
+                source: PubSubError::Invalid(_),
+                ..
+            } => Code::InvalidArgument,
             PubSubOpError::Busy { .. } => Code::ResourceExhausted,
             PubSubOpError::Publish { .. } | PubSubOpError::Subscribe { .. } => Code::Internal,
         };
         let detail = err.detail();
         super::status::dapr_status(code, err.to_string(), detail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A publish or subscription the broker refuses as invalid (the redis
+    /// pub/sub's topic holding `||`) is `INVALID_ARGUMENT`; a broker
+    /// failure stays `INTERNAL`. Before: every refusal was `INTERNAL`.
+    #[test]
+    fn a_request_the_broker_refuses_as_invalid_is_an_invalid_argument() {
+        let invalid = || PubSubError::Invalid("topic can't contain `||`".into());
+        let publish = PubSubOpError::Publish {
+            pubsub: "orders".into(),
+            topic: "lock||a||b".into(),
+            source: invalid(),
+        };
+        assert_eq!(Status::from(publish).code(), Code::InvalidArgument);
+        let subscribe = PubSubOpError::Subscribe {
+            pubsub: "orders".into(),
+            topic: "lock||a||b".into(),
+            source: invalid(),
+        };
+        assert_eq!(Status::from(subscribe).code(), Code::InvalidArgument);
+        let failed = PubSubOpError::Publish {
+            pubsub: "orders".into(),
+            topic: "t".into(),
+            source: PubSubError::Backend("connection reset".into()),
+        };
+        assert_eq!(Status::from(failed).code(), Code::Internal);
     }
 }

@@ -24,6 +24,7 @@ use crate::dapr::{
     Call, PubSubOpError, PubSubOps, PublishEvent, RequestLimitError, MAX_BULK_ITEMS,
 };
 use crate::ApiState;
+use rewire_runtime::PubSubError;
 
 /// A publish error in Dapr's HTTP form.
 pub struct PublishError(PubSubOpError);
@@ -49,6 +50,12 @@ impl IntoResponse for PublishError {
             PubSubOpError::Busy { .. } => {
                 (StatusCode::TOO_MANY_REQUESTS, "ERR_PUBSUB_PUBLISH_MESSAGE")
             }
+            // The broker refused the request itself (a topic it cannot
+            // take, its metadata): the client's to fix, not retry.
+            PubSubOpError::Publish {
+                source: PubSubError::Invalid(_),
+                ..
+            } => (StatusCode::BAD_REQUEST, "ERR_PUBSUB_PUBLISH_MESSAGE"),
             PubSubOpError::Publish { .. } => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "ERR_PUBSUB_PUBLISH_MESSAGE",
@@ -250,6 +257,27 @@ mod tests {
     /// A bulk body of one entry whose `event` is `event`.
     fn body(event: &str) -> String {
         format!(r#"[{{"entryId": "1", "event": {event}, "contentType": "application/json"}}]"#)
+    }
+
+    /// A publish the broker refuses as invalid (the redis pub/sub's topic
+    /// holding `||`) is the client's error: 400, not 500; a broker failure
+    /// stays 500. Before: every refusal was 500.
+    #[test]
+    fn a_publish_the_broker_refuses_as_invalid_is_a_bad_request() {
+        let refused = |source| {
+            PublishError(PubSubOpError::Publish {
+                pubsub: "orders".into(),
+                topic: "lock||a||b".into(),
+                source,
+            })
+        };
+        let invalid = refused(PubSubError::Invalid("topic can't contain `||`".into()));
+        assert_eq!(invalid.into_response().status(), StatusCode::BAD_REQUEST);
+        let failed = refused(PubSubError::Backend("connection reset".into()));
+        assert_eq!(
+            failed.into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 
     /// The event is kept as the text sent, and a body is accepted or
