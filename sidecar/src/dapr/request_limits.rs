@@ -1,8 +1,9 @@
 //! Bounds on what one request may carry besides its body size: the
 //! request-level metadata (HTTP `metadata.<name>` query parameters, the
 //! `metadata` map of a gRPC request), which some routes copy into every
-//! item, and the number of items of a bulk request. Each is checked before
-//! anything of the request is converted.
+//! item, each item's own metadata (a save item, a transaction operation:
+//! the same bounds), and the number of items of a bulk request. Each is
+//! checked before anything of the request is converted.
 
 use std::collections::HashMap;
 
@@ -35,6 +36,23 @@ pub enum RequestLimitError {
     MetadataBytes {
         /// `kind \`name\``.
         component: String,
+    },
+    /// An item's own metadata (a save item, a transaction operation) has
+    /// too many entries.
+    #[error("the metadata of item {index} of the request for {component} has more than {MAX_REQUEST_METADATA_ENTRIES} entries, the sidecar's limit (as for request metadata)")]
+    ItemMetadataEntries {
+        /// `kind \`name\``.
+        component: String,
+        /// The item's index in the request.
+        index: usize,
+    },
+    /// An item's own metadata is too large.
+    #[error("the metadata of item {index} of the request for {component} takes more than {MAX_REQUEST_METADATA_BYTES} bytes (names and values, plus {ENTRY_OVERHEAD} per entry), the sidecar's limit (as for request metadata)")]
+    ItemMetadataBytes {
+        /// `kind \`name\``.
+        component: String,
+        /// The item's index in the request.
+        index: usize,
     },
     /// The request's metadata, copied into each item, would take more than
     /// the request limit.
@@ -115,6 +133,29 @@ pub fn check_request_metadata(
     if metadata_bytes(metadata) > MAX_REQUEST_METADATA_BYTES {
         return Err(RequestLimitError::MetadataBytes {
             component: component(kind, name),
+        });
+    }
+    Ok(())
+}
+
+/// Checks the own metadata of item `index` (a save item, a transaction
+/// operation) of a request to component `kind`/`name`: the bounds of
+/// request metadata, each item on its own.
+pub fn check_item_metadata(
+    (kind, name): (&str, &str),
+    index: usize,
+    metadata: &HashMap<String, String>,
+) -> Result<(), RequestLimitError> {
+    if metadata.len() > MAX_REQUEST_METADATA_ENTRIES {
+        return Err(RequestLimitError::ItemMetadataEntries {
+            component: component(kind, name),
+            index,
+        });
+    }
+    if metadata_bytes(metadata) > MAX_REQUEST_METADATA_BYTES {
+        return Err(RequestLimitError::ItemMetadataBytes {
+            component: component(kind, name),
+            index,
         });
     }
     Ok(())
@@ -206,6 +247,29 @@ mod tests {
         let err = collect_request_metadata(STORE, pairs).expect_err("too large");
         assert!(
             matches!(err, RequestLimitError::MetadataBytes { .. }),
+            "{err}"
+        );
+    }
+
+    /// An item's own metadata is held to the bounds of request metadata,
+    /// the error naming the item and the limit.
+    #[test]
+    fn item_metadata_is_refused_past_the_request_metadata_bounds_naming_the_item() {
+        let ok: HashMap<_, _> = entries(MAX_REQUEST_METADATA_ENTRIES).into_iter().collect();
+        assert_eq!(check_item_metadata(STORE, 3, &ok), Ok(()));
+        let over: HashMap<_, _> = entries(MAX_REQUEST_METADATA_ENTRIES + 1)
+            .into_iter()
+            .collect();
+        let err = check_item_metadata(STORE, 3, &over).expect_err("too many");
+        assert_eq!(
+            err.to_string(),
+            "the metadata of item 3 of the request for state store `s` has more than 64 entries, the sidecar's limit (as for request metadata)"
+        );
+        let big = HashMap::from([("k".to_string(), "v".repeat(MAX_REQUEST_METADATA_BYTES))]);
+        let err = check_item_metadata(STORE, 0, &big).expect_err("too large");
+        assert!(
+            err.to_string()
+                .starts_with("the metadata of item 0 of the request for state store `s` takes more than 16384 bytes"),
             "{err}"
         );
     }

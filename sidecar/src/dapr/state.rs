@@ -13,7 +13,7 @@ use rewire_runtime::{
 
 use super::budget::{OverBudget, ResponseBudget};
 use super::call::Call;
-use super::request_limits::{check_item_count, RequestLimitError};
+use super::request_limits::{check_item_count, check_item_metadata, RequestLimitError};
 use super::retry_rule;
 
 /// Keys read from the store in one call of a bulk get (one chunk): the
@@ -401,6 +401,21 @@ impl StateOps<'_> {
             .try_for_each(|(index, key)| self.check_key(index, key))
     }
 
+    /// Checks the own metadata of item `index` of a save or a transaction
+    /// (its operation's item) against the bounds of request metadata (64
+    /// entries, 16 KiB), before the item is converted.
+    pub fn check_item_metadata(
+        &self,
+        index: usize,
+        metadata: &HashMap<String, String>,
+    ) -> Result<(), StateOpError> {
+        Ok(check_item_metadata(
+            ("state store", self.name),
+            index,
+            metadata,
+        )?)
+    }
+
     /// Checks the key of item `index` by Dapr's key rules.
     pub fn check_key(&self, index: usize, key: &str) -> Result<(), StateOpError> {
         match key_problem(key) {
@@ -646,7 +661,9 @@ mod tests {
     /// A state store whose bulk read takes a second (less for later
     /// keys, so chunks come back out of order), answering each key with
     /// 1 KiB: its own name, then padding. It counts its bulk reads, and
-    /// the most running at once.
+    /// the most running at once. It reports transactions (never applying
+    /// one): the request checks of `http::state` and `grpc::dapr_state`
+    /// use it as their store.
     #[derive(rewire_runtime::Component, Default)]
     #[component(kind = "state", type = "test.dapr.slow_bulk")]
     struct SlowBulk {}
@@ -666,6 +683,10 @@ mod tests {
 
         async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
             Ok(())
+        }
+
+        fn features(&self) -> Vec<rewire_runtime::StateFeature> {
+            vec![rewire_runtime::StateFeature::Transactional]
         }
 
         async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {

@@ -79,6 +79,9 @@ pub(super) async fn save(call: Call, req: pb::SaveStateRequest) -> Result<(), St
     check_item_count(("state store", &req.store_name), req.states.len())?;
     // Dapr's key rules, as the HTTP API applies them: no empty key, no `||`.
     store.check_keys(req.states.iter().map(|item| item.key.as_str()))?;
+    for (index, item) in req.states.iter().enumerate() {
+        store.check_item_metadata(index, &item.metadata)?;
+    }
     let writes = req
         .states
         .into_iter()
@@ -107,8 +110,8 @@ pub(super) async fn delete(call: Call, req: pb::DeleteStateRequest) -> Result<()
 pub(super) async fn delete_bulk(call: Call, req: pb::DeleteBulkStateRequest) -> Result<(), Status> {
     let store = call.state_store(&req.store_name)?;
     check_item_count(("state store", &req.store_name), req.states.len())?;
-    for item in &req.states {
-        check_request_metadata(("state store", &req.store_name), &item.metadata)?;
+    for (index, item) in req.states.iter().enumerate() {
+        store.check_item_metadata(index, &item.metadata)?;
     }
     let deletes = req
         .states
@@ -196,6 +199,79 @@ fn ttl_of(key: &str, metadata: &HashMap<String, String>) -> Result<Option<Durati
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dapr::StoreLabel;
+
+    /// A runtime with a state store `s` that takes transactions (the
+    /// requests here are refused before it is asked).
+    async fn runtime() -> rewire_runtime::Runtime {
+        use rewire_runtime::config::{parse, validate};
+        use rewire_runtime::{Registry, Runtime, RuntimeOptions};
+        let config = r#"{"components": {"state": {"s": {"type": "test.dapr.slow_bulk"}}}}"#;
+        let file = parse(config.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+        let registry = Registry::collected();
+        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+        Runtime::start(config, registry, RuntimeOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A state item of key `k` whose own metadata has `entries` entries.
+    fn item_with_metadata(entries: usize) -> StateItem {
+        StateItem {
+            key: "k".into(),
+            metadata: (0..entries)
+                .map(|i| (format!("m{i:04}"), String::new()))
+                .collect(),
+            ..StateItem::default()
+        }
+    }
+
+    /// An item's (or a transaction operation's) own metadata past the
+    /// bounds of request metadata is `INVALID_ARGUMENT` naming the item
+    /// and the limit, before the store is asked (failed before: any size
+    /// was passed on).
+    #[tokio::test]
+    async fn an_items_metadata_past_its_bound_is_an_invalid_argument_naming_the_item() {
+        let runtime = runtime().await;
+        let call = || Call::new(&runtime, StoreLabel::default());
+        let expected = "the metadata of item 1 of the request for state store `s` has more \
+                        than 64 entries, the sidecar's limit (as for request metadata)";
+        let states = vec![item_with_metadata(64), item_with_metadata(65)];
+        let saved = save(
+            call(),
+            pb::SaveStateRequest {
+                store_name: "s".into(),
+                states,
+            },
+        )
+        .await;
+        let status = saved.expect_err("too many entries");
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::InvalidArgument, expected)
+        );
+        let operations = [64, 65]
+            .map(|entries| pb::TransactionalStateOperation {
+                operation_type: "upsert".into(),
+                request: Some(item_with_metadata(entries)),
+            })
+            .to_vec();
+        let transaction = super::super::dapr_state_transaction::execute(
+            call(),
+            pb::ExecuteStateTransactionRequest {
+                store_name: "s".into(),
+                operations,
+                metadata: HashMap::new(),
+            },
+        )
+        .await;
+        let status = transaction.expect_err("too many entries");
+        assert_eq!(
+            (status.code(), status.message()),
+            (tonic::Code::InvalidArgument, expected)
+        );
+        runtime.shutdown().await;
+    }
 
     fn meta(ttl: &str) -> HashMap<String, String> {
         HashMap::from([(TTL_IN_SECONDS.to_string(), ttl.to_string())])

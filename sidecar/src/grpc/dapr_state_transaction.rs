@@ -23,13 +23,15 @@ pub(super) async fn execute(
     let operations = req
         .operations
         .into_iter()
-        .map(|operation| {
+        .enumerate()
+        .map(|(index, operation)| {
             let item = operation.request.ok_or_else(|| {
                 store.transaction_failed(StateError::Invalid(format!(
                     "an operation of type `{}` has no `request`",
                     echoed(&operation.operation_type)
                 )))
             })?;
+            store.check_item_metadata(index, &item.metadata)?;
             // A delete's `ttlInSeconds` is not read, as daprd's.
             let write = if operation.operation_type == "delete" {
                 untimed_request(item)
