@@ -184,9 +184,10 @@ pub struct ChargedAsSent<B> {
 enum Refusing {
     /// A repeatable read's answer: its first (nothing of it sent yet).
     First,
-    /// A configuration subscription's stream: all but its first (the
-    /// subscription's id: the subscription is made, as a call that changed
-    /// state is answered). A change refused past the budgets ends the
+    /// A configuration subscription's stream: all but its first (Dapr's
+    /// carries the subscription's id: the subscription is made, as a call
+    /// that changed state is answered; Layotto's, its first change, as
+    /// the subscription it made). A change refused past the budgets ends the
     /// stream with its reason, as a subscriber dropped for not reading:
     /// the client has as many bytes not taken on its connection as the
     /// budget allows, unless the connection holds nothing.
