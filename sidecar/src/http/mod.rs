@@ -39,6 +39,7 @@ mod routes;
 mod secrets;
 mod sequencer;
 mod state;
+mod state_query;
 mod state_transaction;
 mod status;
 
@@ -90,6 +91,10 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
             post(state_transaction::execute).put(state_transaction::execute),
         )
         .route(routes::STATE_KEY, get(state::get).delete(state::delete))
+        .route(
+            state_query::STATE_QUERY_ALPHA1,
+            post(state_query::query).put(state_query::query),
+        )
         .route(routes::LOCK, post(lock::try_lock))
         .route(routes::UNLOCK, post(lock::unlock))
         .route(routes::SECRETS_BULK, get(secrets::bulk))
