@@ -28,6 +28,15 @@ impl ApiToken {
         Self { value, digest }
     }
 
+    /// `check` run on the token's value (which never leaves this call but
+    /// through `check`'s own error).
+    pub(crate) fn check_presentable(
+        &self,
+        check: impl FnOnce(&str) -> Result<(), String>,
+    ) -> Result<(), String> {
+        check(self.value.expose())
+    }
+
     /// Whether `presented` is this token: their digests compared in
     /// constant time (a length compared first would tell the token's).
     pub fn matches(&self, presented: &[u8]) -> bool {

@@ -178,6 +178,23 @@ impl ApiOptions {
         }
     }
 
+    /// Refuses a token no caller could present (a line feed or another
+    /// control character in it), naming the field, never the value: the
+    /// check [`from_env`](Self::from_env) makes of the variables, for
+    /// options an embedding program builds itself.
+    pub fn check_tokens(&self) -> Result<(), String> {
+        let tokens = [
+            ("ApiOptions::app_token", &self.app_token),
+            ("ApiOptions::admin_token", &self.admin_token),
+        ];
+        for (field, token) in tokens {
+            if let Some(token) = token {
+                token.check_presentable(|value| check_expected_token(field, value))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses timing options the servers cannot use, naming the field:
     /// a `request_timeout` or `idle_timeout` of zero (every call, or every
     /// connection, would end at once, and gRPC would ping without pause),
@@ -241,7 +258,7 @@ impl ApiOptions {
             ("REWIRE_ADMIN_TOKEN", &admin),
         ] {
             if let Some(token) = token {
-                check_expected_token(name, token)?;
+                check_expected_token(&format!("the environment variable {name}"), token)?;
             }
         }
         Ok(Self {
@@ -273,22 +290,21 @@ fn check_app_token(token: &str) -> Result<(), String> {
     )
 }
 
-/// Refuses a token the sidecar expects (`name` the variable it was read
-/// from) that no caller could present: one holding a control character
-/// (a line feed kept from a mounted secret file) or starting or ending
-/// with a space or tab, which HTTP strips from a header's value. Taken,
-/// the sidecar started healthy and refused every call as unauthenticated.
-/// The error names the variable, never the value.
+/// Refuses a token the sidecar expects (`name` the variable or field it
+/// was read from) that no header or gRPC metadata can carry: one holding
+/// a control character other than a tab (a line feed kept from a mounted
+/// secret file). Taken, the sidecar started healthy and refused every
+/// call as unauthenticated. What a header value may hold is accepted,
+/// bytes past ASCII and spaces around it included (HTTP/1 parsers strip
+/// such spaces, h2 keeps them, so gRPC callers can present them). The
+/// error names the variable, never the value.
 fn check_expected_token(name: &str, token: &str) -> Result<(), String> {
-    let control = token.chars().any(char::is_control);
-    let padded = token.starts_with([' ', '\t']) || token.ends_with([' ', '\t']);
-    if !control && !padded {
+    if reqwest::header::HeaderValue::from_str(token).is_ok() {
         return Ok(());
     }
     Err(format!(
-        "the environment variable {name} cannot be presented as a header value: it must not \
-         hold control characters such as a line feed, nor start or end with a space or tab \
-         (callers send it as a header)"
+        "{name} cannot be presented as a header value: it must not hold control \
+         characters such as a line feed (callers send it as a header)"
     ))
 }
 
@@ -296,25 +312,57 @@ fn check_expected_token(name: &str, token: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// A token the sidecar expects with a line feed kept from its file, a
-    /// control character, or spaces around it, is refused at start, naming
-    /// the variable and not the value. Before: taken, and every call was
-    /// refused as unauthenticated while the sidecar reported healthy.
+    /// A token the sidecar expects with a line feed kept from its file, or
+    /// another control character, is refused at start, naming the variable
+    /// and not the value; what a header can carry (a tab, spaces around
+    /// it, which gRPC keeps, bytes past ASCII) is taken. Before: taken, and
+    /// every call was refused as unauthenticated while the sidecar
+    /// reported healthy.
     #[test]
     fn an_expected_token_no_header_can_carry_is_refused_naming_its_variable() {
         for name in ["DAPR_API_TOKEN", "REWIRE_API_TOKEN", "REWIRE_ADMIN_TOKEN"] {
-            for bad in ["s3cret\n", "s3\x01cret", " s3cret", "s3cret\t"] {
+            for bad in ["s3cret\n", "s3\x01cret", "s3cret\x7f"] {
                 let lookup = |asked: &str| (asked == name).then(|| OsString::from(bad));
                 let refused = ApiOptions::from_vars(lookup).expect_err("refused");
                 assert!(refused.contains(name), "{refused}");
                 assert!(!refused.contains("s3"), "the value is not shown: {refused}");
             }
-            let lookup = |asked: &str| (asked == name).then(|| OsString::from("s3 cr\u{e9}t"));
-            assert!(
-                ApiOptions::from_vars(lookup).is_ok(),
-                "{name}: inner space, non-ASCII"
-            );
+            for good in ["s3 cr\u{e9}t", " s3cret", "s3\tcret", "s3cret\u{85}"] {
+                let lookup = |asked: &str| (asked == name).then(|| OsString::from(good));
+                assert!(ApiOptions::from_vars(lookup).is_ok(), "{name}: {good:?}");
+            }
         }
+    }
+
+    /// Tokens an embedding program sets in the options are checked as the
+    /// variables are, naming the field, never the value. Before: taken.
+    #[test]
+    fn option_tokens_no_header_can_carry_are_refused_naming_the_field() {
+        for (field, options) in [
+            (
+                "ApiOptions::app_token",
+                ApiOptions {
+                    app_token: Some(ApiToken::new("s3cret\n")),
+                    ..ApiOptions::default()
+                },
+            ),
+            (
+                "ApiOptions::admin_token",
+                ApiOptions {
+                    admin_token: Some(ApiToken::new("s3\rcret")),
+                    ..ApiOptions::default()
+                },
+            ),
+        ] {
+            let refused = options.check_tokens().expect_err(field);
+            assert!(refused.contains(field), "{refused}");
+            assert!(!refused.contains("s3"), "the value is not shown: {refused}");
+        }
+        let fine = ApiOptions {
+            app_token: Some(ApiToken::new(" s3cret")),
+            ..ApiOptions::default()
+        };
+        assert_eq!(fine.check_tokens(), Ok(()));
     }
 
     /// A token variable set to bytes that are not UTF-8 is refused, naming

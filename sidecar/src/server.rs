@@ -84,7 +84,8 @@ pub struct ApiServer {
 impl ApiServer {
     /// Binds both listeners (port 0 picks a free port) and starts serving
     /// until `shutdown` is cancelled. Timing options the servers cannot
-    /// use are refused first ([`ApiOptions::check_timings`]).
+    /// use, and tokens no caller could present, are refused first
+    /// ([`ApiOptions::check_timings`], [`ApiOptions::check_tokens`]).
     pub async fn bind(
         runtime: Runtime,
         options: ApiOptions,
@@ -93,6 +94,7 @@ impl ApiServer {
         shutdown: CancellationToken,
     ) -> Result<Self, ApiError> {
         options.check_timings().map_err(ApiError::Options)?;
+        options.check_tokens().map_err(ApiError::Options)?;
         crate::tls::install_ring_provider();
         let grpc_listener =
             TcpListener::bind(grpc_addr)

@@ -16,7 +16,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::error::HttpError;
-use super::input::{body_bytes, query_pairs, request_metadata, Items, QueryPairs, RawBody};
+use super::input::{
+    body_bytes, json_problem, query_pairs, request_metadata, Items, QueryPairs, RawBody,
+};
 use super::path_params::PathParams;
 use crate::dapr::json_text::{reason_of, JsonCheck, TOP_DEPTH};
 use crate::dapr::pubsub_bulk_event::raw_bulk_event_bytes;
@@ -182,7 +184,7 @@ pub async fn bulk_publish(
     let entries: Items<BulkEntry, MAX_BULK_ITEMS> = serde_json::from_slice(&data).map_err(|e| {
         let error = HttpError::MalformedBody {
             component: format!("pubsub `{pubsub_name}`"),
-            problem: e.to_string(),
+            problem: json_problem(&e),
         };
         error.into_response()
     })?;
