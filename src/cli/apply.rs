@@ -88,8 +88,8 @@ pub const EXIT_UNKNOWN: u8 = 4;
 pub const EXIT_BUSY: u8 = 5;
 
 /// Exit status of a push the sidecar applied (a new generation) in which
-/// a component's update failed after the commit (a staged in-place update
-/// that panicked when applied): that component runs as before, or with
+/// the pushed component's update failed after the commit (a staged
+/// in-place update that panicked when applied): it runs as before, or with
 /// part of the new configuration, so the push is not wholly in force. Not
 /// 0: a script must not take the new configuration for in force.
 pub const EXIT_UPDATE_FAILED: u8 = 6;
@@ -99,8 +99,8 @@ pub const EXIT_UPDATE_FAILED: u8 = 6;
 /// answered before the reload was done, [`EXIT_UNKNOWN`] when no answer
 /// came to a request sent or a status that does not say whether it was
 /// processed, [`EXIT_BUSY`] when the sidecar's backlog of
-/// pushes was full, and [`EXIT_UPDATE_FAILED`] when it was applied but a
-/// component's update failed after the commit.
+/// pushes was full, and [`EXIT_UPDATE_FAILED`] when it was applied but
+/// the component's update failed after the commit.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     if let Some(error) = repeated_field(&args.metadata) {
         eprintln!("error: {error}");
@@ -434,8 +434,8 @@ fn with_token<T>(mut request: Request<T>, token: &Option<Token>) -> Request<T> {
 enum Answered {
     /// Applied (or nothing to change).
     Done,
-    /// Applied, but a component's update failed after the commit (an
-    /// action `failed`, or the errors an ACK carries only then).
+    /// Applied, but the pushed component's update failed after the commit
+    /// (its action `failed`).
     UpdateFailed,
     /// Still waiting behind other reloads: it will be applied or rejected.
     Queued,
@@ -444,9 +444,10 @@ enum Answered {
 }
 
 impl Answered {
-    fn of(answer: &ApplyConfigurationResponse) -> Self {
+    /// The answer to the push of `key` (`kind/name`).
+    fn of(key: &str, answer: &ApplyConfigurationResponse) -> Self {
         match (answer.accepted, answer.outcome.as_str()) {
-            (true, _) if update_failed(answer) => Answered::UpdateFailed,
+            (true, _) if update_failed(key, answer) => Answered::UpdateFailed,
             (true, _) => Answered::Done,
             (false, "queued") => Answered::Queued,
             (false, _) => Answered::Refused,
@@ -463,22 +464,32 @@ impl Answered {
     }
 }
 
-/// Whether an ACK says a component's update failed after the commit: an
-/// action `failed`, or errors (an ACK carries them only for such a
-/// failure).
-fn update_failed(answer: &ApplyConfigurationResponse) -> bool {
-    !answer.errors.is_empty() || answer.actions.values().any(|action| action == "failed")
+/// Whether an ACK says the update of the component pushed, `key`
+/// (`kind/name`, its kind in any spelling), failed after the commit: its
+/// action is `failed`. What the reload did to other components (a marked
+/// one's best-effort retry that failed, which an older sidecar noted in
+/// the ACK's errors) does not make the push less in force.
+fn update_failed(key: &str, answer: &ApplyConfigurationResponse) -> bool {
+    // The ACK spells the kind as the sidecar does (`pubsub`, not `pub_subs`).
+    let key = match key.rsplit_once('/') {
+        Some((kind, name)) => rewire_runtime::ComponentKey::new(kind, name).to_string(),
+        None => key.to_string(),
+    };
+    answer
+        .actions
+        .get(&key)
+        .is_some_and(|action| action == "failed")
 }
 
 /// Prints the sidecar's answer about `key`; exits 1 on a rejection,
-/// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when a
-/// component's update failed after the commit.
+/// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when
+/// its update failed after the commit.
 /// Whatever the sidecar says (reasons, names, outcomes) is shown with its
 /// control characters escaped.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
     use super::remote::one_line;
     use std::fmt::Write as _;
-    let answered = Answered::of(&answer);
+    let answered = Answered::of(key, &answer);
     let code = ExitCode::from(answered.exit_code());
     let mut out = String::new();
     if answered == Answered::Queued {
@@ -720,7 +731,7 @@ mod tests {
             (false, "queued", EXIT_QUEUED),
         ] {
             assert_eq!(
-                Answered::of(&answer(accepted, outcome)).exit_code(),
+                Answered::of("state/orders", &answer(accepted, outcome)).exit_code(),
                 code,
                 "{outcome}"
             );
@@ -731,18 +742,49 @@ mod tests {
     fn an_update_failed_after_the_commit_is_not_done() {
         let failed = ApplyConfigurationResponse {
             actions: [("state/orders".to_string(), "failed".to_string())].into(),
-            ..answer(true, "applied")
-        };
-        assert_eq!(Answered::of(&failed), Answered::UpdateFailed);
-        let with_errors = ApplyConfigurationResponse {
             errors: vec!["state/orders: update panicked".into()],
             ..answer(true, "applied")
         };
-        assert_eq!(Answered::of(&with_errors).exit_code(), EXIT_UPDATE_FAILED);
+        assert_eq!(
+            Answered::of("state/orders", &failed),
+            Answered::UpdateFailed
+        );
+        assert_eq!(
+            Answered::of("state/orders", &failed).exit_code(),
+            EXIT_UPDATE_FAILED
+        );
+        let pubsub = ApplyConfigurationResponse {
+            actions: [("pubsub/events".to_string(), "failed".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(
+            Answered::of("pub_subs/events", &pubsub),
+            Answered::UpdateFailed
+        );
         let clean = ApplyConfigurationResponse {
             actions: [("state/orders".to_string(), "updated_in_place".to_string())].into(),
             ..answer(true, "applied")
         };
-        assert_eq!(Answered::of(&clean), Answered::Done);
+        assert_eq!(Answered::of("state/orders", &clean), Answered::Done);
+    }
+
+    /// A push applied whole exits 0, whatever the reload did to another
+    /// component: a note in `errors` about a marked one whose retry failed
+    /// (as an older sidecar sends it), or another's `failed` action.
+    /// Before: exit 6, "update failed after the commit", for a push in
+    /// force.
+    #[test]
+    fn another_components_failure_does_not_fail_the_push() {
+        let noted = ApplyConfigurationResponse {
+            errors: vec!["state/x: init failed: down; it is not as declared".into()],
+            actions: [
+                ("state/orders".to_string(), "updated_in_place".to_string()),
+                ("state/x".to_string(), "failed".to_string()),
+            ]
+            .into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of("state/orders", &noted), Answered::Done);
+        assert_eq!(Answered::of("state/orders", &noted).exit_code(), 0);
     }
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use super::actions::Actions;
+use crate::component::ComponentKey;
 
 /// What started a reload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -85,6 +86,36 @@ pub struct ReloadRecord {
     pub at_unix_ms: u64,
 }
 
+impl ReloadRecord {
+    /// The lines of `error` about `component`: those that begin with its
+    /// `kind/name: `, as each line about a component does (the reason its
+    /// update failed after the commit, or the note of a retry of it kept
+    /// as it runs), but not those of another component the reload acted on
+    /// whose `kind/name` begins so too (a name `a: b` beside `a`). A line
+    /// cut in its middle ([`Self::kept_error`]) keeps its beginning.
+    ///
+    /// For an answer about one component (a push's ACK): the record's
+    /// error may hold notes about others, which it must not pass off as
+    /// its own.
+    pub fn error_lines_about(&self, component: &ComponentKey) -> Vec<&str> {
+        let Some(error) = &self.error else {
+            return Vec::new();
+        };
+        let own = format!("{component}: ");
+        let others: Vec<String> = self
+            .actions
+            .acted()
+            .map(|(key, _)| format!("{key}: "))
+            .filter(|other| other.len() > own.len() && other.starts_with(&own))
+            .collect();
+        error
+            .lines()
+            .filter(|line| line.starts_with(&own))
+            .filter(|line| !others.iter().any(|other| line.starts_with(other.as_str())))
+            .collect()
+    }
+}
+
 impl Serialize for ReloadRecord {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         /// The record as written: its fields, with the count of the
@@ -154,7 +185,6 @@ impl History {
 mod tests {
     use super::super::actions::Action;
     use super::*;
-    use crate::component::ComponentKey;
 
     fn record(error: &str, acted: &[&str]) -> ReloadRecord {
         ReloadRecord {
@@ -170,6 +200,33 @@ mod tests {
             duration_ms: 1,
             at_unix_ms: 1,
         }
+    }
+
+    /// Only the lines about the component itself: not those about
+    /// another, even one whose name begins with its name.
+    #[test]
+    fn the_error_lines_about_a_component_are_its_own() {
+        let record = record(
+            "state/x: init failed: down; it is not as declared\n\
+             state/y: staged in-place update panicked when applied: boom\n\
+             state/y: b: staged in-place update panicked when applied: bang\n\
+             state/yz: init failed",
+            &["x", "y", "y: b", "yz"],
+        );
+        let y = ComponentKey::new("state", "y");
+        assert_eq!(
+            record.error_lines_about(&y),
+            ["state/y: staged in-place update panicked when applied: boom"]
+        );
+        let x = ComponentKey::new("state", "x");
+        assert_eq!(record.error_lines_about(&x).len(), 1);
+        let none = ComponentKey::new("state", "z");
+        assert!(record.error_lines_about(&none).is_empty());
+        let clean = ReloadRecord {
+            error: None,
+            ..record.clone()
+        };
+        assert!(clean.error_lines_about(&y).is_empty());
     }
 
     /// Written with the components acted on and a count of the others.

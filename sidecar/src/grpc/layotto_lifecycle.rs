@@ -20,6 +20,7 @@
 
 use std::sync::Arc;
 
+use rewire_runtime::ComponentKey;
 use tonic::{Code, Request, Response, Status};
 
 use super::lifecycle::LifecycleApi;
@@ -58,6 +59,11 @@ impl Lifecycle for LayottoLifecycleApi {
                 metadata: config.metadata,
                 ..rewire_pb::ComponentConfig::default()
             });
+        // As its ACK names it (`kind/name`, the kind in rewire's spelling).
+        let pushed = component_config
+            .as_ref()
+            .map(|config| ComponentKey::new(&config.kind, &config.name).to_string())
+            .unwrap_or_default();
         let push = rewire_pb::DynamicConfiguration {
             component_config,
             based_on_generation: None,
@@ -69,7 +75,7 @@ impl Lifecycle for LayottoLifecycleApi {
                 "ApplyConfiguration",
                 Request::from_parts(metadata, extensions, push),
                 Declares::Fields,
-                |answer| match status_of(&answer) {
+                |answer| match status_of(&answer, &pushed) {
                     None => Ok(pb::ApplyConfigurationResponse {}),
                     Some(status) => Err(status),
                 },
@@ -103,18 +109,22 @@ fn required(config: &pb::ComponentConfig) -> Result<(), Status> {
     Ok(())
 }
 
-/// The gRPC error a refused push becomes: `INVALID_ARGUMENT` for a
-/// rejected one, `ABORTED` when it rolled back, `DEADLINE_EXCEEDED` when it
-/// is still queued (it will be applied); `INTERNAL` for one applied in
-/// which a component's update failed after the commit (a staged in-place
-/// update that panicked: that component runs as before, or with part of
-/// the push), with the reasons (scrubbed in the ACK): Layotto's answer has
-/// no field to say it, and an OK would tell its client the push is in
-/// force. `None` when it was taken whole.
-fn status_of(answer: &rewire_pb::ApplyConfigurationResponse) -> Option<Status> {
+/// The gRPC error a refused push of `pushed` (`kind/name`) becomes:
+/// `INVALID_ARGUMENT` for a rejected one, `ABORTED` when it rolled back,
+/// `DEADLINE_EXCEEDED` when it is still queued (it will be applied);
+/// `INTERNAL` for one applied in which the pushed component's update
+/// failed after the commit (a staged in-place update that panicked: it
+/// runs as before, or with part of the push), with the reasons (scrubbed
+/// in the ACK): Layotto's answer has no field to say it, and an OK would
+/// tell its client the push is in force. `None` when it was taken whole,
+/// whatever the reload did to other components (a marked one's retry
+/// that failed is noted in the status, not the push's failure).
+fn status_of(answer: &rewire_pb::ApplyConfigurationResponse, pushed: &str) -> Option<Status> {
     if answer.accepted {
-        let failed =
-            !answer.errors.is_empty() || answer.actions.values().any(|action| action == "failed");
+        let failed = answer
+            .actions
+            .get(pushed)
+            .is_some_and(|action| action == "failed");
         if !failed {
             return None;
         }
@@ -211,15 +221,16 @@ mod tests {
             actions: [("state/a".to_string(), "updated_in_place".to_string())].into(),
             ..answer(true, "applied")
         };
-        assert!(status_of(&clean).is_none());
-        let rejected = status_of(&answer(false, "rejected")).expect("an error");
+        assert!(status_of(&clean, "state/a").is_none());
+        let refused = |answer: &rewire_pb::ApplyConfigurationResponse| status_of(answer, "state/a");
+        let rejected = refused(&answer(false, "rejected")).expect("an error");
         assert_eq!(rejected.code(), Code::InvalidArgument);
         assert!(rejected.message().contains("unknown type x"));
         assert!(rejected.message().contains("second"));
         assert!(rejected.message().contains("generation 4"));
-        let rolled_back = status_of(&answer(false, "rolled_back")).expect("an error");
+        let rolled_back = refused(&answer(false, "rolled_back")).expect("an error");
         assert_eq!(rolled_back.code(), Code::Aborted);
-        let queued = status_of(&answer(false, "queued")).expect("an error");
+        let queued = refused(&answer(false, "queued")).expect("an error");
         assert_eq!(queued.code(), Code::DeadlineExceeded);
     }
 
@@ -228,7 +239,11 @@ mod tests {
     /// no field to say so. Before: OK, the client took it for in force.
     #[test]
     fn a_push_applied_whose_update_failed_after_the_commit_is_an_error() {
-        let with_reasons = status_of(&answer(true, "applied")).expect("an error");
+        let failed_with_reasons = rewire_pb::ApplyConfigurationResponse {
+            actions: [("state/a".to_string(), "failed".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        let with_reasons = status_of(&failed_with_reasons, "state/a").expect("an error");
         assert_eq!(with_reasons.code(), Code::Internal);
         let message = with_reasons.message();
         assert!(
@@ -242,7 +257,29 @@ mod tests {
             actions: [("state/a".to_string(), "failed".to_string())].into(),
             ..answer(true, "applied")
         };
-        let failed = status_of(&failed_action).expect("an error");
+        let failed = status_of(&failed_action, "state/a").expect("an error");
         assert_eq!(failed.code(), Code::Internal);
+    }
+
+    /// A push applied whole is OK, whatever the reload did to another
+    /// component (a marked one whose best-effort retry failed, or whose
+    /// staged update panicked). Before: `INTERNAL` ("not wholly in
+    /// force") for a push that was.
+    #[test]
+    fn a_push_applied_whole_is_ok_whatever_befell_another_component() {
+        let other_failed = rewire_pb::ApplyConfigurationResponse {
+            actions: [
+                ("state/a".to_string(), "updated_in_place".to_string()),
+                ("state/x".to_string(), "failed".to_string()),
+            ]
+            .into(),
+            ..answer(true, "applied")
+        };
+        assert!(status_of(&other_failed, "state/a").is_none());
+        let no_change = rewire_pb::ApplyConfigurationResponse {
+            errors: vec!["state/x: init failed: down; it is not as declared".into()],
+            ..answer(true, "no_change")
+        };
+        assert!(status_of(&no_change, "state/a").is_none());
     }
 }

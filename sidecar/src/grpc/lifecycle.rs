@@ -26,7 +26,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 use tracing::{Instrument, Span};
 
-use rewire_runtime::{ComponentKey, Outcome, ReloadError, ReloadRecord, Runtime};
+use rewire_runtime::{Action, ComponentKey, Outcome, ReloadError, ReloadRecord, Runtime};
 
 use super::lifecycle_patch::{held_bytes, malformed, patch_of, too_many_refs, Declares};
 use super::lifecycle_wait::{cut_short, queued_reason, CallerClock, PushQueue, Waited};
@@ -203,7 +203,7 @@ async fn apply(
     let waited = wait.0.run(wait.1, admitted, reload).await?;
     // A component the push added is running now.
     label_if_running(&call, &key);
-    answer(&call, waited)
+    answer(&call, &key, waited)
 }
 
 /// `RemoveComponent`: removes the component, answering ACK or NACK.
@@ -216,9 +216,14 @@ async fn remove(
     label_if_running(&call, &key);
     let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
-    let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
+    let removed = key.clone();
+    let reload = async move {
+        runtime
+            .remove_component(removed, req.based_on_generation)
+            .await
+    };
     let reload = caused_by_this_call(call.runtime().clone(), reload);
-    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
+    answer(&call, &key, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
@@ -231,13 +236,14 @@ async fn release(
     label_if_running(&call, &key);
     let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
+    let released = key.clone();
     let reload = async move {
         runtime
-            .release_component(key, req.based_on_generation)
+            .release_component(released, req.based_on_generation)
             .await
     };
     let reload = caused_by_this_call(call.runtime().clone(), reload);
-    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
+    answer(&call, &key, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// The push's `reload`, run inside the call's own span (its `rewire.api`
@@ -303,9 +309,14 @@ fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
 /// arrival.
 type Wait<'a> = (&'a PushQueue, &'a CallerClock);
 
-/// The answer to a reload: ACK with the record, NACK with every reason, or
-/// `queued` when it had not finished when the answer was due.
-fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse, Status> {
+/// The answer to the reload of a push of `pushed`: ACK with the record,
+/// NACK with every reason, or `queued` when it had not finished when the
+/// answer was due.
+fn answer(
+    call: &Call,
+    pushed: &ComponentKey,
+    waited: Waited,
+) -> Result<pb::ApplyConfigurationResponse, Status> {
     let result = match waited {
         Waited::Done(result) => result,
         Waited::Queued { ahead, waited } => {
@@ -315,7 +326,7 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
         }
     };
     match result {
-        Ok(record) => Ok(ack(&record, |line| call.runtime().redact(line))),
+        Ok(record) => Ok(ack(&record, pushed, |line| call.runtime().redact(line))),
         Err(ReloadError::Invalid(problems)) => Ok(nack(call, Outcome::Rejected, problems.iter())),
         Err(err @ ReloadError::Stale { .. }) => {
             Ok(nack(call, Outcome::Rejected, [err.to_string()]))
@@ -327,13 +338,31 @@ fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse,
     }
 }
 
-/// An ACK: the record's generation, outcome and the actions of the
-/// components the reload acted on (not every one serving: an answer does
-/// not grow with the running set), and, when a component's update failed
-/// after the commit (a staged in-place update that panicked: it runs as
-/// before), the reason, one line each.
-fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfigurationResponse {
-    let lines = record.error.iter().flat_map(|e| e.lines());
+/// An ACK of the push of `pushed`: the record's generation, outcome and
+/// the actions of the components the reload acted on (not every one
+/// serving: an answer does not grow with the running set), and, when the
+/// pushed component's update failed after the commit (a staged in-place
+/// update that panicked: it runs as before), the reason, one line each.
+/// The record's notes about other components (a marked component's
+/// best-effort retry that failed, kept as it runs) stay in the record
+/// (status, logs): the push is in force whole.
+fn ack(
+    record: &ReloadRecord,
+    pushed: &ComponentKey,
+    redact: impl Fn(&str) -> String,
+) -> pb::ApplyConfigurationResponse {
+    let mut lines: Vec<String> = record
+        .error_lines_about(pushed)
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let failed = record.actions.get(&pushed.to_string()) == Some(&Action::Failed);
+    if failed && lines.is_empty() {
+        // Its reason is past the lines the record keeps.
+        lines.push(format!(
+            "{pushed}: its update failed after the commit: it runs as before (the reload's record in the status says why)"
+        ));
+    }
     pb::ApplyConfigurationResponse {
         accepted: true,
         generation: record.generation,
@@ -419,29 +448,71 @@ mod tests {
         assert_eq!(snake_case(&Action::UpdatedInPlace), "updated_in_place");
     }
 
-    #[test]
-    fn an_applied_reload_whose_update_failed_after_the_commit_says_why() {
-        let mut record = ReloadRecord {
+    fn key(name: &str) -> ComponentKey {
+        ComponentKey::new("custom", name)
+    }
+
+    /// An applied record whose reload did `actions`, with `error`.
+    fn applied(error: Option<&str>, actions: &[(&str, Action)]) -> ReloadRecord {
+        ReloadRecord {
             generation: 3,
             trigger: rewire_runtime::Trigger::Api,
             attempt: 0,
             outcome: Outcome::Applied,
-            error: None,
-            actions: Default::default(),
+            error: error.map(str::to_string),
+            actions: actions.iter().map(|(n, a)| (key(n), *a)).collect(),
             duration_ms: 1,
             at_unix_ms: 1,
-        };
-        let clean = ack(&record, str::to_string);
+        }
+    }
+
+    #[test]
+    fn an_applied_reload_whose_update_failed_after_the_commit_says_why() {
+        let clean = ack(&applied(None, &[]), &key("s"), str::to_string);
         assert!(clean.accepted && clean.errors.is_empty(), "{clean:?}");
 
-        record.error = Some("custom/s: staged update panicked: hunter2\nsecond".into());
-        let answer = ack(&record, |line| line.replace("hunter2", "***"));
+        let record = applied(
+            Some("custom/s: staged update panicked: hunter2\ncustom/s: second"),
+            &[("s", Action::Failed)],
+        );
+        let answer = ack(&record, &key("s"), |line| line.replace("hunter2", "***"));
         assert!(answer.accepted);
         assert_eq!(answer.outcome, "applied");
         assert_eq!(
             answer.errors,
-            ["custom/s: staged update panicked: ***", "second"]
+            ["custom/s: staged update panicked: ***", "custom/s: second"]
         );
+        assert_eq!(
+            answer.actions.get("custom/s").map(String::as_str),
+            Some("failed")
+        );
+        // Its reason cut from the record: the ACK still says it failed.
+        let unsaid = ack(
+            &applied(None, &[("s", Action::Failed)]),
+            &key("s"),
+            str::to_string,
+        );
+        assert_eq!(unsaid.errors.len(), 1, "{unsaid:?}");
+        assert!(unsaid.errors[0].starts_with("custom/s: its update failed after the commit"));
+    }
+
+    /// A push applied whole gets a clean ACK, though its record notes
+    /// another component (marked, its best-effort retry failed, kept as
+    /// it runs); the note stays in the record. Before: the note was the
+    /// ACK's error, so Layotto answered `INTERNAL` and `rewire apply`
+    /// exited 6 for a push in force.
+    #[test]
+    fn a_note_about_another_component_is_not_the_pushs_error() {
+        let note = "custom/x: init failed: down; it is not as declared (an earlier update of it \
+                    failed and could not be put back) and this reload only retried it: it is kept \
+                    as it runs and the reload goes on without it";
+        let record = applied(
+            Some(note),
+            &[("x", Action::Unchanged), ("y", Action::UpdatedInPlace)],
+        );
+        let answer = ack(&record, &key("y"), str::to_string);
+        assert!(answer.accepted && answer.errors.is_empty(), "{answer:?}");
+        assert_eq!(record.error.as_deref(), Some(note));
     }
 
     #[test]
