@@ -92,7 +92,7 @@ fn router_until(state: ApiState, stop: CancellationToken) -> Router {
         )
         .route(routes::STATE_KEY, get(state::get).delete(state::delete))
         .route(
-            state_query::STATE_QUERY_ALPHA1,
+            routes::STATE_QUERY_ALPHA1,
             post(state_query::query).put(state_query::query),
         )
         .route(routes::LOCK, post(lock::try_lock))

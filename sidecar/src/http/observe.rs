@@ -185,6 +185,7 @@ fn operation(method: &Method, matched: Option<&MatchedPath>) -> &'static str {
         ("DELETE", routes::STATE_KEY) => "DeleteState",
         ("POST" | "PUT", routes::STATE_BULK) => "GetBulkState",
         ("POST" | "PUT", routes::STATE_TRANSACTION) => "ExecuteStateTransaction",
+        ("POST" | "PUT", routes::STATE_QUERY_ALPHA1) => "QueryStateAlpha1",
         ("POST", routes::LOCK) => "TryLockAlpha1",
         ("POST", routes::UNLOCK) => "UnlockAlpha1",
         ("GET", routes::SECRET) => "GetSecret",

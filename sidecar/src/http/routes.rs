@@ -14,6 +14,8 @@ pub const STATE_BULK: &str = "/v1.0/state/{store}/bulk";
 /// Run a state transaction (`POST`, `PUT`; a `GET` or `DELETE` here is the
 /// key `transaction`'s, as in Dapr).
 pub const STATE_TRANSACTION: &str = "/v1.0/state/{store}/transaction";
+/// Dapr's state query (alpha; served for `POST` and `PUT`).
+pub const STATE_QUERY_ALPHA1: &str = "/v1.0-alpha1/state/{store}/query";
 /// Take a lock.
 pub const LOCK: &str = "/v1.0-alpha1/lock/{store}";
 /// Release a lock.

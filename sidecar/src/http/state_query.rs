@@ -22,9 +22,6 @@ use super::path_params::PathParams;
 use crate::dapr::{Call, ErrorDetail, ResourceDetail};
 use crate::ApiState;
 
-/// The path (Dapr's alpha API; the router serves it for `POST` and `PUT`).
-pub const STATE_QUERY_ALPHA1: &str = "/v1.0-alpha1/state/{store}/query";
-
 /// Dapr's message for a store that cannot query (it names no store).
 const QUERY_UNSUPPORTED: &str = "state store does not support querying";
 

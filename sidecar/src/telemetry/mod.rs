@@ -457,10 +457,22 @@ impl Telemetry {
 /// `endpoint` as logged: without the credentials of its URL, or the
 /// password of a gRPC endpoint given without a scheme
 /// (`user:pw@collector:4317`), as [`rewire_runtime::without_credentials`]
-/// finds them.
+/// finds them. An endpoint is one address, so without a scheme anything
+/// before its last `@` is userinfo, a lone token (`tok@collector:4317`)
+/// too, which in free text could not be told from an e-mail address.
 pub(super) fn shown_endpoint(endpoint: &str) -> String {
-    rewire_runtime::without_credentials(endpoint).into_owned()
+    let shown = rewire_runtime::without_credentials(endpoint);
+    match shown.rsplit_once('@') {
+        Some((userinfo, host)) if !shown.contains("://") && !userinfo.ends_with(REDACTED) => {
+            format!("{REDACTED}@{host}")
+        }
+        _ => shown.into_owned(),
+    }
 }
+
+/// What stands for hidden userinfo in a shown endpoint (as
+/// [`rewire_runtime::without_credentials`] writes a hidden password).
+const REDACTED: &str = "[redacted]";
 
 /// Whether `settings` export spans (their TLS files are then read).
 fn exports(settings: &TraceSettings) -> bool {
@@ -626,6 +638,14 @@ mod tests {
             assert!(shown.contains("collector:4317"), "{shown}");
         }
         assert_eq!(shown_endpoint("collector:4317"), "collector:4317");
+        // A lone token before `@`: hidden too (an endpoint has no e-mail
+        // address in it). Failed before the special case's return.
+        let shown = shown_endpoint("tok-9x@collector:4317");
+        assert_eq!(shown, "[redacted]@collector:4317");
+        assert_eq!(
+            shown_endpoint("http://collector:4318"),
+            "http://collector:4318"
+        );
     }
 
     #[test]
