@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures_util::stream::{self, StreamExt};
 use rewire_runtime::{echoed, Kind};
 use rewire_runtime::{
     BulkGetItem, DeleteRequest, GetRequest, Instance, SetRequest, StateEntry, StateError,
@@ -16,22 +15,7 @@ use super::call::Call;
 use super::request_limits::{check_item_count, check_item_metadata, RequestLimitError};
 use super::retry_rule;
 
-/// Keys read from the store in one call of a bulk get (one chunk): the
-/// answer is counted as each chunk comes back, so a bulk of large values
-/// stops near the limit instead of being read whole first.
-const BULK_CHUNK: usize = 16;
-
-/// Chunks of a bulk get read at once when the client gives no
-/// `parallelism` (or zero or less, which Dapr's limiter also reads as its
-/// default): 8 chunks, 128 keys in flight, about daprd's default of 100
-/// gets at once. A bulk of 1,000 keys on a backend answering each call in
-/// 1 s then takes about 8 s, not 63.
-const DEFAULT_BULK_CHUNKS_IN_FLIGHT: usize = 8;
-
-/// Most chunks of a bulk get read at once, whatever `parallelism` the
-/// client asks: what a bulk refused for its size may have read past the
-/// limit before the refusal is at most this many chunks (256 keys).
-const MAX_BULK_CHUNKS_IN_FLIGHT: usize = 16;
+mod bulk;
 
 /// What each item of a bulk answer takes beyond its text: its framing
 /// (JSON braces, quotes and field names, protobuf tags and lengths), so a
@@ -243,16 +227,19 @@ impl StateOps<'_> {
     /// With request `metadata`, each key is read by a get carrying it (as
     /// Dapr passes it to every get; the store's bulk read takes none).
     ///
-    /// The distinct keys are read in chunks of 16 (`BULK_CHUNK`: one store
-    /// bulk read each, or as many gets with `metadata`), `parallelism`
-    /// chunks at once (Dapr's field, counted here in chunks: zero or less
-    /// is the default of 8, `DEFAULT_BULK_CHUNKS_IN_FLIGHT`, and at most
-    /// 16 are read at once, `MAX_BULK_CHUNKS_IN_FLIGHT`); what comes back is counted as each
-    /// chunk arrives, and the first chunk over the budget (or failing as a
-    /// whole) ends the read, the chunks still in flight dropped. So a bulk
-    /// of more than one chunk is not one snapshot: each chunk is read as
-    /// the store reads a bulk (one snapshot on the built-in stores), but
-    /// a transaction may land between two chunks.
+    /// The distinct keys are read in chunks (16 keys, one store bulk read
+    /// each; with `metadata` one key, one get each), the first alone, then
+    /// several at once: Dapr's `parallelism` counts gets (zero or less:
+    /// daprd's default of 100; at most 256), so `parallelism` gets at once
+    /// with `metadata`, else `ceil(parallelism / 16)` chunks (at least 1).
+    /// A further chunk starts only while the answer held plus the chunks in
+    /// flight, each counted as the largest answered so far, fits the budget
+    /// (large values are read one chunk at a time). The first chunk failing
+    /// as a whole or past the budget ends the read; the chunks then in
+    /// flight are let finish, their answers dropped. So a bulk of more than
+    /// one chunk is not one snapshot: each chunk is read as the store
+    /// reads a bulk (one snapshot on the built-in stores), but a
+    /// transaction may land between two chunks. (The `bulk` module.)
     pub async fn bulk_get(
         &self,
         keys: Vec<String>,
@@ -279,30 +266,9 @@ impl StateOps<'_> {
                 })
             })
             .collect();
-        let mut read: Vec<Option<BulkGetItem>> = vec![None; distinct.len()];
-        {
-            // What is held while reading, each key once.
-            let mut held = ResponseBudget::new(budget.limit());
-            // Each chunk's read, not started until the stream polls it
-            // (collected first: a lazy map over the borrowed chunks would
-            // not be `Send` across the awaits below).
-            let reads: Vec<_> = distinct
-                .chunks(BULK_CHUNK)
-                .map(|chunk| {
-                    self.read_chunk(chunk.iter().map(|k| (*k).to_owned()).collect(), metadata)
-                })
-                .collect();
-            let mut answers = stream::iter(reads).buffer_unordered(chunks_in_flight(parallelism));
-            while let Some(items) = answers.next().await {
-                for item in items? {
-                    let Some(&slot) = slot_of.get(item.key.as_str()) else {
-                        continue; // A key not asked for.
-                    };
-                    self.within(&mut held, item_bytes(&item))?;
-                    read[slot] = Some(item);
-                }
-            }
-        }
+        let read = self
+            .read_distinct(&distinct, &slot_of, metadata, parallelism, budget.limit())
+            .await?;
         drop((slot_of, distinct));
         for (key, &slot) in keys.iter().zip(&slots) {
             let size = read[slot].as_ref().map_or(key.len(), item_bytes);
@@ -324,71 +290,6 @@ impl StateOps<'_> {
                 },
             })
             .collect())
-    }
-
-    /// One chunk of a bulk get: the store's bulk read of `keys`, or with
-    /// request `metadata` a get of each carrying it.
-    async fn read_chunk(
-        &self,
-        keys: Vec<String>,
-        metadata: &HashMap<String, String>,
-    ) -> Result<Vec<BulkGetItem>, StateOpError> {
-        if !metadata.is_empty() {
-            return Ok(self.get_each(keys, metadata).await);
-        }
-        let store = &self.store;
-        self.call
-            .guarded(
-                self.target(),
-                retry_rule::IDEMPOTENT,
-                keys,
-                |keys| store.bulk_get(keys),
-                StateError::Backend,
-            )
-            .await
-            .map_err(|e| StateOpError::BulkGet {
-                store: self.name.to_owned(),
-                source: self.scrubbed(e),
-            })
-    }
-
-    /// Each of `keys` read by its own get carrying `metadata`, at once;
-    /// a failed get is that key's error (as in a bulk answer).
-    async fn get_each(
-        &self,
-        keys: Vec<String>,
-        metadata: &HashMap<String, String>,
-    ) -> Vec<BulkGetItem> {
-        let store = &self.store;
-        let reads = keys.into_iter().map(|key| async move {
-            let request = GetRequest {
-                key: key.clone(),
-                metadata: metadata.clone(),
-            };
-            let read = self
-                .call
-                .guarded(
-                    self.target(),
-                    retry_rule::IDEMPOTENT,
-                    request,
-                    |r| store.get(r),
-                    StateError::Backend,
-                )
-                .await;
-            match read {
-                Ok(entry) => BulkGetItem {
-                    key,
-                    entry,
-                    error: None,
-                },
-                Err(error) => BulkGetItem {
-                    key,
-                    entry: None,
-                    error: Some(error.to_string()),
-                },
-            }
-        });
-        futures_util::future::join_all(reads).await
     }
 
     /// Checks `keys` by Dapr's key rules, naming the first one refused.
@@ -617,15 +518,6 @@ fn key_place(index: Option<usize>, store: &str) -> String {
     }
 }
 
-/// Chunks of a bulk get read at once for Dapr's `parallelism` (zero or
-/// less: the default), within [`MAX_BULK_CHUNKS_IN_FLIGHT`].
-fn chunks_in_flight(parallelism: i64) -> usize {
-    match usize::try_from(parallelism) {
-        Ok(0) | Err(_) => DEFAULT_BULK_CHUNKS_IN_FLIGHT,
-        Ok(asked) => asked.min(MAX_BULK_CHUNKS_IN_FLIGHT),
-    }
-}
-
 /// What one bulk item adds to an answer, in bytes (its key, value, etag,
 /// metadata and error).
 fn item_bytes(item: &BulkGetItem) -> usize {
@@ -638,158 +530,4 @@ fn item_bytes(item: &BulkGetItem) -> usize {
                 .sum::<usize>()
     });
     item.key.len() + entry + item.error.as_ref().map_or(0, String::len)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
-    use rewire_runtime::config::{parse, validate};
-    use rewire_runtime::prelude::async_trait;
-    use rewire_runtime::{Component, Registry, Runtime, RuntimeOptions};
-
-    use super::*;
-    use crate::dapr::StoreLabel;
-
-    /// Bulk reads a [`SlowBulk`] is running now, and the most at once.
-    static RUNNING: AtomicUsize = AtomicUsize::new(0);
-    static MOST_RUNNING: AtomicUsize = AtomicUsize::new(0);
-    /// Bulk reads a [`SlowBulk`] was asked for.
-    static ASKED: AtomicUsize = AtomicUsize::new(0);
-
-    /// A state store whose bulk read takes a second (less for later
-    /// keys, so chunks come back out of order), answering each key with
-    /// 1 KiB: its own name, then padding. It counts its bulk reads, and
-    /// the most running at once. It reports transactions (never applying
-    /// one): the request checks of `http::state` and `grpc::dapr_state`
-    /// use it as their store.
-    #[derive(rewire_runtime::Component, Default)]
-    #[component(kind = "state", type = "test.dapr.slow_bulk")]
-    struct SlowBulk {}
-
-    #[async_trait]
-    impl Component for SlowBulk {}
-
-    #[async_trait]
-    impl StateStore for SlowBulk {
-        async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
-            Ok(Some(value_of(&req.key)))
-        }
-
-        async fn set(&self, _: SetRequest) -> Result<(), StateError> {
-            Ok(())
-        }
-
-        async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
-            Ok(())
-        }
-
-        fn features(&self) -> Vec<rewire_runtime::StateFeature> {
-            vec![rewire_runtime::StateFeature::Transactional]
-        }
-
-        async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
-            ASKED.fetch_add(1, Ordering::SeqCst);
-            let running = RUNNING.fetch_add(1, Ordering::SeqCst) + 1;
-            MOST_RUNNING.fetch_max(running, Ordering::SeqCst);
-            let first: u64 = keys.first().and_then(|k| k[1..].parse().ok()).unwrap_or(0);
-            tokio::time::sleep(Duration::from_millis(1_000 - first)).await;
-            RUNNING.fetch_sub(1, Ordering::SeqCst);
-            Ok(keys
-                .into_iter()
-                .map(|key| BulkGetItem {
-                    entry: Some(value_of(&key)),
-                    key,
-                    error: None,
-                })
-                .collect())
-        }
-    }
-
-    /// The 1 KiB value of `key`: its name, padded.
-    fn value_of(key: &str) -> StateEntry {
-        let mut data = key.as_bytes().to_vec();
-        data.resize(1024, b' ');
-        StateEntry {
-            data,
-            etag: "1".into(),
-            metadata: HashMap::new(),
-        }
-    }
-
-    async fn runtime() -> Runtime {
-        let config = r#"{"components": {"state": {"slow": {"type": "test.dapr.slow_bulk"}}}}"#;
-        let file = parse(config.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
-        let registry = Registry::collected();
-        let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
-        Runtime::start(config, registry, RuntimeOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// Keys `k000`… `k{n-1}`.
-    fn keys(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("k{i:03}")).collect()
-    }
-
-    /// A bulk get of `keys` from the slow store with `parallelism`
-    /// within `limit` bytes; the most bulk reads that ran at once, and
-    /// how many were asked for.
-    async fn bulk(
-        runtime: &Runtime,
-        keys: Vec<String>,
-        parallelism: i64,
-        limit: usize,
-    ) -> (Result<Vec<BulkGetItem>, StateOpError>, usize, usize) {
-        MOST_RUNNING.store(0, Ordering::SeqCst);
-        ASKED.store(0, Ordering::SeqCst);
-        let call = Call::new(runtime, StoreLabel::default());
-        let store = call.state_store("slow").unwrap_or_else(|e| panic!("{e}"));
-        let budget = ResponseBudget::new(limit);
-        let answer = store
-            .bulk_get(keys, &HashMap::new(), parallelism, budget)
-            .await;
-        let most = MOST_RUNNING.load(Ordering::SeqCst);
-        (answer, most, ASKED.load(Ordering::SeqCst))
-    }
-
-    /// A bulk get's chunks are read at once, up to the client's
-    /// `parallelism` (zero or less: the default of 8; at most 16), not one
-    /// after another (failed before: one chunk at a time, so 1,000 keys on
-    /// a backend taking 1 s a call took 63 s, past the request timeout);
-    /// chunks coming back out of order still answer in the order asked,
-    /// a repeated key read once and answered at each place. (One test:
-    /// the store's counters are shared.)
-    #[tokio::test(start_paused = true)]
-    async fn bulk_get_reads_its_chunks_at_once_up_to_the_parallelism() {
-        let runtime = runtime().await;
-        let mut asked = keys(320);
-        asked.reverse();
-        asked.insert(5, "k300".into());
-        asked.push("k000".into());
-        for (parallelism, expected) in [(0, 8), (-1, 8), (3, 3), (1, 1), (1_000, 16)] {
-            let (answer, most, calls) = bulk(&runtime, asked.clone(), parallelism, 1 << 20).await;
-            assert_eq!((most, calls), (expected, 20), "parallelism {parallelism}");
-            let answer = answer.unwrap_or_else(|e| panic!("{e}"));
-            let answered: Vec<&str> = answer.iter().map(|item| item.key.as_str()).collect();
-            assert_eq!(answered, asked, "parallelism {parallelism}");
-            for item in &answer {
-                let data = item.entry.as_ref().map(|e| e.data.clone());
-                assert_eq!(data, Some(value_of(&item.key).data), "{}", item.key);
-            }
-        }
-
-        // Over the response budget (40 KiB: the third chunk of 16 KiB is
-        // past it), the read stops at the first chunk past it: the chunks
-        // in flight are dropped and no more are asked for.
-        let (answer, most, calls) = bulk(&runtime, keys(320), 0, 40 * 1024).await;
-        assert!(
-            matches!(answer, Err(StateOpError::BulkTooLarge { .. })),
-            "{answer:?}"
-        );
-        assert_eq!(most, 8);
-        assert!(calls < 20, "{calls} chunks asked for");
-        runtime.shutdown().await;
-    }
 }

@@ -40,7 +40,8 @@ pub(super) async fn get(
 }
 
 /// `GetBulkState`: every key asked for, each with its value or its own
-/// error, within `budget`, `parallelism` chunks of keys read at once (see
+/// error, within `budget`, `parallelism` gets at once, as daprd counts
+/// them (in chunks of 16 keys without metadata; see
 /// [`StateOps::bulk_get`](crate::dapr::StateOps::bulk_get)); the request's
 /// metadata goes with every get.
 pub(super) async fn get_bulk(

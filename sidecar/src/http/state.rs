@@ -149,8 +149,8 @@ struct BulkGet {
     /// Metadata for every get (the query's `metadata.*` win).
     #[serde(default, deserialize_with = "lenient_metadata")]
     metadata: HashMap<String, String>,
-    /// Dapr's `parallelism`: how many chunks of keys are read at once
-    /// (none, zero or less: the default; see
+    /// Dapr's `parallelism`: how many gets run at once, as daprd counts
+    /// them (none, zero or less: the default; see
     /// [`StateOps::bulk_get`](crate::dapr::StateOps::bulk_get)). Any
     /// integer, as daprd's Go `int` takes.
     #[serde(default)]
