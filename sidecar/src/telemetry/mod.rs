@@ -454,20 +454,32 @@ impl Telemetry {
     }
 }
 
-/// `endpoint` as logged: without the credentials of its URL, or the
-/// password of a gRPC endpoint given without a scheme
-/// (`user:pw@collector:4317`), as [`rewire_runtime::without_credentials`]
-/// finds them. An endpoint is one address, so without a scheme anything
-/// before its last `@` is userinfo, a lone token (`tok@collector:4317`)
-/// too, which in free text could not be told from an e-mail address.
+/// `endpoint` as logged: without the credentials of its URL, as
+/// [`rewire_runtime::without_credentials`] finds them. An endpoint is one
+/// address, so one given without a scheme keeps no userinfo at all:
+/// everything before its last `@` is hidden (a lone token
+/// `tok@collector:4317`, which free text could not tell from an e-mail
+/// address, and a `user:password` whose password holds a quote), the
+/// user name kept only when its part before the first `:` holds nothing
+/// that could end a word.
 pub(super) fn shown_endpoint(endpoint: &str) -> String {
-    let shown = rewire_runtime::without_credentials(endpoint);
-    match shown.rsplit_once('@') {
-        Some((userinfo, host)) if !shown.contains("://") && !userinfo.ends_with(REDACTED) => {
-            format!("{REDACTED}@{host}")
-        }
-        _ => shown.into_owned(),
+    if endpoint.contains("://") {
+        return rewire_runtime::without_credentials(endpoint).into_owned();
     }
+    let Some((userinfo, host)) = endpoint.rsplit_once('@') else {
+        return endpoint.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) if !user.is_empty() && user.chars().all(plain_user_char) => {
+            format!("{user}:{REDACTED}@{host}")
+        }
+        _ => format!("{REDACTED}@{host}"),
+    }
+}
+
+/// Whether `c` may stand in a user name shown before a hidden password.
+fn plain_user_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
 /// What stands for hidden userinfo in a shown endpoint (as
@@ -641,6 +653,11 @@ mod tests {
         // A lone token before `@`: hidden too (an endpoint has no e-mail
         // address in it). Failed before the special case's return.
         let shown = shown_endpoint("tok-9x@collector:4317");
+        assert_eq!(shown, "[redacted]@collector:4317");
+        // A quote in the password, an `@` in the user: none of it shown.
+        let shown = shown_endpoint("u:p'x9:y@collector:4317");
+        assert_eq!(shown, "u:[redacted]@collector:4317");
+        let shown = shown_endpoint("alice@corp.com:pw-9x@collector:4317");
         assert_eq!(shown, "[redacted]@collector:4317");
         assert_eq!(
             shown_endpoint("http://collector:4318"),
