@@ -16,7 +16,10 @@
 //! stores, locks and sequencers on the server use too; a topic holding
 //! `||`, which separates the parts of their keys, is refused on publish
 //! and subscribe (`check_topic`), so no topic can make a stream at
-//! another app's lock, counter or state key.
+//! another app's lock, counter or state key. The same check answers
+//! [`PubSub::check_topic`], which the sidecar asks of a subscription's
+//! dead-letter topic before it starts and of a publish's topic before its
+//! guarded call.
 //!
 //! On a Redis Cluster (`redisType: cluster`) a topic's stream is one key,
 //! so every command of a subscription goes to the master of its slot.
@@ -304,6 +307,13 @@ impl PubSub for RedisPubSub {
         };
         tokio::spawn(reader.run());
         Ok(subscription)
+    }
+
+    /// [`check_topic`], the one publish and subscribe apply, naming the
+    /// component (`redis` before it is connected).
+    fn check_topic(&self, topic: &str) -> Result<(), PubSubError> {
+        let label = self.connected.get().map_or("redis", |c| c.label.as_str());
+        check_topic(label, topic)
     }
 }
 

@@ -1676,7 +1676,8 @@ async fn a_drain_does_not_deliver_what_a_peers_reclaim_took_over_while_it_looks_
 /// the key space with the pub/sub's streams: a topic naming one of their
 /// keys (they all hold `||`) is refused, by a publish and by a
 /// subscription, so no stream is made there and the lock, the counter and
-/// the state key keep working.
+/// the state key keep working; [`PubSub::check_topic`] answers the same
+/// without publishing.
 #[tokio::test]
 async fn a_topic_naming_a_lock_counter_or_state_key_is_refused_and_leaves_it_working() {
     use rewire_runtime::{GetRequest, Increment, NextIdRequest, TryLockRequest};
@@ -1714,9 +1715,19 @@ async fn a_topic_naming_a_lock_counter_or_state_key_is_refused_and_leaves_it_wor
             matches!(&refused, Err(PubSubError::Invalid(message)) if message.contains("`||`")),
             "subscribe to {topic}: {refused:?}"
         );
+        // Asked without publishing (a dead-letter topic, a publish
+        // before its guarded call): the same answer.
+        let checked = broker.check_topic(topic);
+        assert!(
+            matches!(&checked, Err(PubSubError::Invalid(message))
+                if message.contains(&format!("topic `{topic}` can't contain `||`"))
+                    && message.contains("pub/sub `pubsub/test-")),
+            "check of {topic}: {checked:?}"
+        );
         let exists: Vec<String> = server.query(&["EXISTS", topic]).await.expect("exists");
         assert_eq!(exists, ["0"], "no stream at {topic}");
     }
+    assert_eq!(broker.check_topic("orders|dlq"), Ok(()));
 
     let take = TryLockRequest {
         resource_id: "order-1".into(),

@@ -286,6 +286,20 @@ pub trait PubSub: Component {
     /// durable broker, those its consumer group has not yet processed) are
     /// delivered until the subscription ends.
     async fn subscribe(&self, req: SubscribeRequest) -> Result<PubSubSubscription, PubSubError>;
+
+    /// Whether the broker takes `topic` at all, asked without publishing
+    /// or subscribing: the same [`PubSubError::Invalid`] its
+    /// [`publish`](Self::publish) and [`subscribe`](Self::subscribe) give
+    /// a topic it never takes (the redis pub/sub's holding `||`). The
+    /// sidecar asks it of a subscription's dead-letter topic when the
+    /// subscription starts (refused as its topic would be, rather than
+    /// failing every dead letter), and of a publish's topic before the
+    /// guarded call (a refusal decided with no contact with the backend
+    /// gives its circuit breaker no verdict). Local and quick: no I/O. By
+    /// default every topic is taken.
+    fn check_topic(&self, _topic: &str) -> Result<(), PubSubError> {
+        Ok(())
+    }
 }
 
 impl From<PubSubError> for ComponentError {

@@ -18,7 +18,9 @@
 //! a fan-out broker such as memory, reads one the old one delivered after
 //! the hand-over ended and its lineage forgot; a payload that is no
 //! CloudEvent may come twice). One that
-//! could not start (its pub/sub is missing or refused), or whose delivery
+//! could not start (its pub/sub is missing or refused, or its broker
+//! never takes its dead-letter topic, also when a reload sets that topic
+//! on one running: that one stops), or whose delivery
 //! ended on its own (its broker ended the subscription), is started again
 //! at each generation and every [`RETRY_EVERY`].
 //!
@@ -326,6 +328,24 @@ impl Deliveries {
                 if running.task.is_finished() {
                     tracing::warn!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription's delivery ended; starting it again.");
                 } else if running.feed == feed {
+                    // A dead-letter topic its broker never takes (set by
+                    // this reload, or the broker now serving refuses it)
+                    // refuses the subscription, as at its start: what runs
+                    // stops, and it is tried again at each reload.
+                    if let Err(refused) = TopicDelivery::check_dead_letter_topic(
+                        &self.runtime,
+                        &subscription.pubsub_name,
+                        &subscription.topic,
+                        subscription.dead_letter_topic.as_deref(),
+                    ) {
+                        let taken_over = taken.remove(&id).unwrap_or_default();
+                        let booked = Starting {
+                            subscription,
+                            taken_over,
+                        };
+                        self.started(id, booked, Err(refused.to_string())).await;
+                        continue;
+                    }
                     if **running.routes.borrow() != *routes {
                         tracing::info!(subscription = %id, "App subscription's routes changed.");
                         running.routes.send_replace(routes);

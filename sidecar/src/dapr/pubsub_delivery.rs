@@ -31,7 +31,11 @@
 //! and fail the same way for ever), with a warning naming it. A dead
 //! letter is the message as it came (content type and metadata kept) and
 //! follows its broker across a reload as the publish API does. The
-//! dead-letter topic can be changed while the subscription runs.
+//! dead-letter topic can be changed while the subscription runs. One its
+//! broker never takes ([`PubSub::check_topic`]: the redis pub/sub's
+//! holding `||`) refuses the subscription as its topic would be
+//! ([`TopicDelivery::check_dead_letter_topic`]), rather than have every
+//! dead letter refused and its event delivered and failed again for ever.
 //!
 //! A `resiliency` policy targeted at the pub/sub's deliveries
 //! (`targets.components.NAME.inbound`, read from the generation at each
@@ -229,6 +233,13 @@ impl TopicDelivery {
             let name = echoed(&self.pubsub_name).into_owned();
             return Err(PubSubOpError::NotFound(name));
         }
+        let dead_letter_topic = self.dead_letter_topic.borrow().clone();
+        Self::check_dead_letter_topic(
+            runtime,
+            &self.pubsub_name,
+            &self.topic,
+            dead_letter_topic.as_deref(),
+        )?;
         // As Dapr's subscriber: a value that is no boolean is not one.
         let raw_payload =
             super::pubsub::parse_raw_payload(metadata.get("rawPayload").map(String::as_str))
@@ -268,6 +279,45 @@ impl TopicDelivery {
             raw_payload,
             shutdown,
         )))
+    }
+
+    /// Refuses a subscription to `topic` of `pubsub_name` whose
+    /// `dead_letter_topic` its broker never takes
+    /// ([`PubSub::check_topic`]: the redis pub/sub's holding `||`), as the
+    /// topic itself would be ([`PubSubOpError::Subscribe`] with the
+    /// broker's [`PubSubError::Invalid`], redacted and said to be of the
+    /// dead-letter topic): running, every dead letter of it would be
+    /// refused and its event handed back to the broker, delivered and
+    /// failed again for ever. Asked where a subscription starts, and of an
+    /// app's running subscription at each reload (which may change its
+    /// dead-letter topic, or its broker). `Ok` with none, or when the
+    /// pub/sub is not in the generation (its start says so).
+    pub fn check_dead_letter_topic(
+        runtime: &Runtime,
+        pubsub_name: &str,
+        topic: &str,
+        dead_letter_topic: Option<&str>,
+    ) -> Result<(), PubSubOpError> {
+        let Some(dead_letter_topic) = dead_letter_topic else {
+            return Ok(());
+        };
+        let Ok(broker) = runtime.pubsub(pubsub_name).load() else {
+            return Ok(());
+        };
+        broker.check_topic(dead_letter_topic).map_err(|refused| {
+            let why = match refused {
+                PubSubError::Invalid(m) | PubSubError::Busy(m) | PubSubError::Backend(m) => m,
+                PubSubError::Retired => PubSubError::Retired.to_string(),
+            };
+            PubSubOpError::Subscribe {
+                pubsub: echoed(pubsub_name).into_owned(),
+                topic: echoed(topic).into_owned(),
+                source: PubSubError::Invalid(format!(
+                    "its dead-letter topic is refused: {}",
+                    runtime.redact(&why)
+                )),
+            }
+        })
     }
 
     async fn run(
@@ -942,7 +992,8 @@ pub(crate) mod tests {
     }
 
     /// A broker that delivers what the test hands its feed, and refuses
-    /// publishes to a topic ending in `-refused` (recorded all the same).
+    /// publishes to a topic ending in `-refused` (recorded all the same);
+    /// as the redis pub/sub, it never takes a topic holding `||`.
     #[derive(rewire_runtime::Component, Default)]
     #[component(kind = "pubsub", type = "test.delivery.fed")]
     struct FedBroker {}
@@ -970,6 +1021,15 @@ pub(crate) mod tests {
             let mut feeds = FEEDS.lock().unwrap_or_else(|p| p.into_inner());
             feeds.push((request.topic, feed));
             Ok(subscription)
+        }
+
+        fn check_topic(&self, topic: &str) -> Result<(), PubSubError> {
+            match topic.contains("||") {
+                true => Err(PubSubError::Invalid(format!(
+                    "topic `{topic}` can't contain `||`"
+                ))),
+                false => Ok(()),
+            }
         }
     }
 

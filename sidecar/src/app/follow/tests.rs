@@ -912,6 +912,123 @@ async fn a_taken_over_subscription_delivers_by_the_takers_routes() {
     orders.stop().await;
 }
 
+/// Subscribes made to [`PickyBroker`].
+static PICKY_SUBSCRIBES: AtomicUsize = AtomicUsize::new(0);
+/// The broker's side of each subscription to [`PickyBroker`].
+static PICKY_FEEDS: Mutex<Vec<SubscriptionFeed>> = Mutex::new(Vec::new());
+
+/// A broker that delivers nothing and, as the redis pub/sub, never takes
+/// a topic holding `||`.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.follow.picky")]
+struct PickyBroker {}
+
+#[async_trait]
+impl Component for PickyBroker {}
+
+#[async_trait]
+impl PubSub for PickyBroker {
+    async fn publish(&self, request: PublishRequest) -> Result<(), PubSubError> {
+        self.check_topic(&request.topic)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequest,
+    ) -> Result<PubSubSubscription, PubSubError> {
+        self.check_topic(&request.topic)?;
+        let (subscription, feed) = PubSubSubscription::channel(1);
+        PICKY_FEEDS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(feed);
+        PICKY_SUBSCRIBES.fetch_add(1, Ordering::SeqCst);
+        Ok(subscription)
+    }
+
+    fn check_topic(&self, topic: &str) -> Result<(), PubSubError> {
+        match topic.contains("||") {
+            true => Err(PubSubError::Invalid(format!(
+                "topic `{topic}` can't contain `||`"
+            ))),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The declared subscription `s` to topic `t` of [`PickyBroker`], with
+/// `dead_letter`.
+fn picky_config(dead_letter: &str) -> rewire_runtime::config::Config {
+    parse(
+        serde_json::json!({"appId": "app",
+            "components": {"pubsub": {"p": {"type": "test.follow.picky"}}},
+            "subscriptions": {"s": {"pubsubname": "p", "topic": "t", "route": "/r",
+                "deadLetterTopic": dead_letter}}})
+        .to_string()
+        .as_bytes(),
+    )
+    .unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A declared subscription whose dead-letter topic its broker never takes
+/// is refused as one whose topic it refuses: not started (tried again at
+/// each reload and every RETRY_EVERY), and stopped when a reload sets such
+/// a dead-letter topic on it while it runs (applied in place, it ran with
+/// every dead letter refused, its events delivered and failed again for
+/// ever); a reload that mends it starts it.
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_topic_its_broker_never_takes_refuses_the_subscription() {
+    let registry = Registry::collected();
+    let config = validate(picky_config("orders||dlq"), &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let app = AppTarget::Http {
+        client: testkit::http_client(),
+        channel: AppChannel::local(9),
+    };
+    let shutdown = CancellationToken::new();
+    let (subscribed, mut running) = watch::channel(BTreeSet::new());
+    let deliveries = Deliveries::new(runtime.clone(), app, shutdown.clone(), subscribed);
+    let following = tokio::spawn(deliveries.follow(Vec::new()));
+    let subscribes = || PICKY_SUBSCRIBES.load(Ordering::SeqCst);
+    // Refused at its start, and at each retry.
+    tokio::time::sleep(super::RETRY_EVERY * 3).await;
+    assert_eq!(subscribes(), 0, "started with a dead-letter topic refused");
+    assert!(running.borrow().is_empty());
+
+    let apply = |dead_letter: &str| runtime.apply(picky_config(dead_letter));
+    apply("dlq").await.unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &["s"]).await;
+    assert_eq!(subscribes(), 1);
+
+    // Set on the running one: it stops, and is not started again.
+    apply("orders||dlq2")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &[]).await;
+    let feed = PICKY_FEEDS.lock().unwrap_or_else(|p| p.into_inner())[0].clone();
+    tokio::time::timeout(Duration::from_secs(60), feed.stopped())
+        .await
+        .expect("the running subscription let go of its broker within a minute");
+    tokio::time::sleep(super::RETRY_EVERY * 3).await;
+    assert_eq!(
+        subscribes(),
+        1,
+        "started again with a dead-letter topic refused"
+    );
+
+    apply("dlq2").await.unwrap_or_else(|e| panic!("{e}"));
+    running_are(&mut running, &["s"]).await;
+    assert_eq!(subscribes(), 2);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(300), following)
+        .await
+        .expect("stopped")
+        .expect("joined");
+    runtime.shutdown().await;
+}
+
 mod concurrent_starts;
 mod replaced_routes;
 mod reused_ids;

@@ -647,3 +647,105 @@ async fn a_stream_the_server_ended_lets_go_of_its_topic_and_place_while_its_clie
         .await
         .expect("its topic is free again");
 }
+
+/// A broker that, as the redis pub/sub, never takes a topic holding
+/// `||`, and delivers nothing.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.stream.picky")]
+struct PickyBroker {}
+
+#[rewire_runtime::prelude::async_trait]
+impl rewire_runtime::Component for PickyBroker {}
+
+#[rewire_runtime::prelude::async_trait]
+impl rewire_runtime::PubSub for PickyBroker {
+    async fn publish(
+        &self,
+        request: rewire_runtime::PublishRequest,
+    ) -> Result<(), rewire_runtime::PubSubError> {
+        self.check_topic(&request.topic)
+    }
+
+    async fn subscribe(
+        &self,
+        request: rewire_runtime::SubscribeRequest,
+    ) -> Result<rewire_runtime::PubSubSubscription, rewire_runtime::PubSubError> {
+        self.check_topic(&request.topic)?;
+        Ok(rewire_runtime::PubSubSubscription::channel(1).0)
+    }
+
+    fn check_topic(&self, topic: &str) -> Result<(), rewire_runtime::PubSubError> {
+        match topic.contains("||") {
+            true => Err(rewire_runtime::PubSubError::Invalid(format!(
+                "topic `{topic}` can't contain `||`"
+            ))),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The API state of a runtime whose pub/sub `bus` is a [`PickyBroker`].
+async fn picky_bus() -> ApiState {
+    use rewire_runtime::config::{parse, validate};
+    let config = serde_json::json!({
+        "appId": "app",
+        "components": {"pubsub": {"bus": {"type": "test.stream.picky"}}},
+    });
+    let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let registry = rewire_runtime::Registry::collected();
+    let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let options = rewire_runtime::RuntimeOptions::default();
+    let runtime = rewire_runtime::Runtime::start(config, registry, options)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    ApiState {
+        runtime,
+        ..ApiState::empty().await
+    }
+}
+
+/// A streamed subscription (Dapr's, and Layotto's through it) whose
+/// dead-letter topic its broker never takes is answered INVALID_ARGUMENT
+/// naming it, and holds neither its topic nor a place; before, it ran,
+/// every dead letter refused and its events delivered and failed again
+/// for ever.
+#[tokio::test(start_paused = true)]
+async fn a_stream_whose_dead_letter_topic_its_broker_never_takes_is_an_invalid_argument() {
+    let state = picky_bus().await;
+    let streams = TopicStreams::new(1);
+    let request = pb::SubscribeTopicEventsRequestAlpha1 {
+        subscribe_topic_events_request_type: Some(RequestType::InitialRequest(
+            pb::SubscribeTopicEventsRequestInitialAlpha1 {
+                pubsub_name: "bus".into(),
+                topic: "orders".into(),
+                dead_letter_topic: Some("orders||dlq".into()),
+                ..Default::default()
+            },
+        )),
+    };
+    let shutdown = CancellationToken::new();
+    let subscribed = bounded(subscribe(
+        &state,
+        incoming(vec![request]),
+        shutdown.clone(),
+        &streams,
+    ))
+    .await;
+    let Err(status) = subscribed else {
+        panic!("a subscription whose dead letters all fail was opened");
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("dead-letter topic is refused")
+            && status.message().contains("orders||dlq"),
+        "{}",
+        status.message()
+    );
+    assert!(streams.open().is_ok(), "no place held");
+    let end = StreamEnd::default();
+    bounded(streams.claims.claim("bus", "orders", &end))
+        .await
+        .expect("its topic is free");
+    shutdown.cancel();
+    state.runtime.shutdown().await;
+}

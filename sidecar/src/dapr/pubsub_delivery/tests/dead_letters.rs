@@ -60,6 +60,60 @@ async fn a_dropped_event_its_dead_letter_topic_refuses_goes_back_to_the_broker()
     runtime.shutdown().await;
 }
 
+/// A subscription whose dead-letter topic its broker never takes (the
+/// redis pub/sub's holding `||`) is refused at its start, as its topic
+/// would be, before the broker is asked to subscribe (a streamed one
+/// answers INVALID_ARGUMENT; an app's is tried again at each reload).
+/// Before, it ran: every dead letter was refused and its event handed
+/// back to the broker, delivered and failed again for ever.
+#[tokio::test]
+async fn a_subscription_whose_dead_letter_topic_its_broker_never_takes_is_refused() {
+    let runtime = runtime_with(serde_json::json!({})).await;
+    let delivery = TopicDelivery {
+        pubsub_name: "p".into(),
+        topic: "dead-letter-refused".into(),
+        dead_letter_topic: watch::channel(Some("orders||dlq".to_string())).1,
+        retire: Retire::never(),
+        delivered: Default::default(),
+    };
+    let started = delivery
+        .start(
+            &runtime,
+            Arc::new(AlwaysDrop),
+            Default::default(),
+            CancellationToken::new(),
+        )
+        .await;
+    match started {
+        Err(PubSubOpError::Subscribe {
+            topic,
+            source: PubSubError::Invalid(message),
+            ..
+        }) => {
+            assert_eq!(topic, "dead-letter-refused");
+            assert!(
+                message.contains("dead-letter topic is refused")
+                    && message.contains("topic `orders||dlq` can't contain `||`"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("refused otherwise: {other}"),
+        Ok(_) => panic!("a subscription whose dead letters all fail was started"),
+    }
+    let subscribed = FEEDS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(t, _)| t == "dead-letter-refused");
+    assert!(!subscribed, "the broker was asked to subscribe");
+    // With a dead-letter topic it takes, it starts.
+    let sink: Arc<dyn EventSink> = Arc::new(AlwaysDrop);
+    let taken = Some("orders|dlq");
+    let (_task, _retire) =
+        deliver_with_dead_letters(&runtime, "dead-letter-taken", taken, sink).await;
+    runtime.shutdown().await;
+}
+
 /// A subscriber whose routes a reload replaces by ones that take no event
 /// while an event is retried: it answers RETRY until attempt `swap_at`,
 /// whose answer (RETRY) comes once the routes no longer take it; asked
