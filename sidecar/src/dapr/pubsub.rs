@@ -264,7 +264,11 @@ impl PubSubOps {
     }
 
     /// Publishes on the call's broker; one replaced meanwhile refuses it as
-    /// retired, and the publish goes to the one serving now.
+    /// retired, and the publish goes to the one serving now. A topic the
+    /// broker never takes ([`PubSub::check_topic`]: the redis pub/sub's
+    /// holding `||`) is refused before the guarded call: decided with no
+    /// contact with the backend, it is no verdict on it, and a half-open
+    /// circuit breaker's trial is not spent (nor the breaker closed) on it.
     async fn publish_following(&self, request: PublishRequest) -> Result<(), PubSubOpError> {
         let runtime = self.call.runtime();
         let key = rewire_runtime::ComponentKey::new(Kind::PubSub, &self.name);
@@ -275,6 +279,7 @@ impl PubSubOps {
         let published = follow_retired(self.broker.clone(), serving, |broker| {
             let request = request.clone();
             async move {
+                broker.check_topic(&request.topic)?;
                 self.call
                     .guarded(
                         (Kind::PubSub, &self.name),

@@ -5,6 +5,9 @@
 //! memory (Linux `/proc/self/status`) when the broker takes the first
 //! entry: merging every entry first held one copy of the metadata per
 //! entry.
+//!
+//! A publish to a topic the broker never takes is refused before its
+//! guarded call, so it gives the circuit breaker no verdict.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -117,5 +120,137 @@ async fn a_bulk_publish_holds_one_merged_copy_of_its_metadata_at_a_time() {
         grown < GROWTH_BOUND_KB,
         "the process grew by {grown} kB before the first entry was published"
     );
+    runtime.shutdown().await;
+}
+
+/// Publishes [`DownBroker`] was asked, by topic holding `||` or not.
+static DOWN_PUBLISHES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A broker whose backend is down, refusing a topic holding `||` as the
+/// redis pub/sub does: in `publish` (before any contact with its server)
+/// and in `check_topic`.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.dapr.down_refusing_separator")]
+struct DownBroker {}
+
+#[async_trait]
+impl Component for DownBroker {}
+
+#[async_trait]
+impl PubSub for DownBroker {
+    async fn publish(&self, req: PublishRequest) -> Result<(), PubSubError> {
+        self.check_topic(&req.topic)?;
+        let mut asked = DOWN_PUBLISHES.lock().unwrap_or_else(|p| p.into_inner());
+        asked.push(req.topic);
+        Err(PubSubError::Backend("connection refused".into()))
+    }
+
+    async fn subscribe(&self, _: SubscribeRequest) -> Result<PubSubSubscription, PubSubError> {
+        Err(PubSubError::Backend("connection refused".into()))
+    }
+
+    fn check_topic(&self, topic: &str) -> Result<(), PubSubError> {
+        match topic.contains("||") {
+            true => Err(PubSubError::Invalid(format!(
+                "topic `{topic}` can't contain `||`"
+            ))),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The state of the outbound breaker of `runtime`'s pub/sub `bus`.
+fn breaker_state(runtime: &Runtime) -> rewire_runtime::resilience::BreakerState {
+    let key = rewire_runtime::ComponentKey::new(rewire_runtime::Kind::PubSub, "bus");
+    let generation = runtime.generation();
+    let status = generation
+        .policies()
+        .get(&key)
+        .and_then(|applied| applied.breaker_status())
+        .unwrap_or_else(|| panic!("`bus` has a breaker"));
+    status.state
+}
+
+/// A publish to a topic the broker never takes (the redis pub/sub's
+/// holding `||`) is refused before the guarded call: with the backend
+/// down and the breaker half-open, it does not close the breaker (before,
+/// the broker's local `Invalid` counted as a success and closed it, and
+/// real publishes went on to the dead backend), nor spend its trial.
+#[tokio::test(start_paused = true)]
+async fn a_publish_to_a_topic_the_broker_never_takes_leaves_a_half_open_breaker_half_open() {
+    use rewire_runtime::resilience::BreakerState;
+    let config = serde_json::json!({
+        "appId": "shop",
+        "components": {"pubsub": {"bus": {"type": "test.dapr.down_refusing_separator"}}},
+        "resiliency": {
+            "policies": {"circuitBreakers": {"cb": {
+                "trip": "consecutiveFailures >= 1", "timeout": "10s", "maxRequests": 1}}},
+            "targets": {"components": {"bus": {"outbound": {"circuitBreaker": "cb"}}}}
+        }
+    });
+    let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let registry = Registry::collected();
+    let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
+    let runtime = Runtime::start(config, registry, RuntimeOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ops = Call::new(&runtime, StoreLabel::default())
+        .pubsub("bus")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let event = || PublishEvent {
+        data: b"x".to_vec(),
+        content_type: Some("text/plain".into()),
+        ..PublishEvent::default()
+    };
+    let failed = ops.publish("orders", event()).await;
+    assert!(
+        matches!(
+            failed,
+            Err(super::PubSubOpError::Publish {
+                source: PubSubError::Backend(_),
+                ..
+            })
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(breaker_state(&runtime), BreakerState::Open);
+    tokio::time::advance(std::time::Duration::from_secs(11)).await;
+    assert_eq!(breaker_state(&runtime), BreakerState::HalfOpen);
+
+    let refused = ops.publish("a||b", event()).await;
+    assert!(
+        matches!(
+            refused,
+            Err(super::PubSubOpError::Publish {
+                source: PubSubError::Invalid(_),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        breaker_state(&runtime),
+        BreakerState::HalfOpen,
+        "a refusal decided without the backend is no verdict on it"
+    );
+    // The trial is still there for a real publish, which reaches the
+    // (down) backend and opens the breaker again.
+    let trial = ops.publish("orders", event()).await;
+    assert!(
+        matches!(
+            trial,
+            Err(super::PubSubOpError::Publish {
+                source: PubSubError::Backend(_),
+                ..
+            })
+        ),
+        "{trial:?}"
+    );
+    assert_eq!(breaker_state(&runtime), BreakerState::Open);
+    let asked = DOWN_PUBLISHES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    assert_eq!(asked, ["orders", "orders"]);
     runtime.shutdown().await;
 }
