@@ -1279,3 +1279,58 @@ async fn a_grpc_bulk_subscription_is_refused_and_the_others_delivered() {
     stop.cancel();
     sidecar.stop().await;
 }
+
+/// A bulk publish entry whose own metadata passes the request metadata's
+/// bound (64 entries) is refused naming the entry, over gRPC
+/// (`INVALID_ARGUMENT`) and HTTP (400 `ERR_PUBSUB_REQUEST_METADATA`),
+/// nothing published. Before: any number was taken and handed on.
+#[tokio::test]
+async fn a_bulk_publish_entry_with_metadata_past_the_bound_is_refused_naming_it() {
+    let sidecar = Sidecar::start(CONFIG, ApiOptions::default()).await;
+    let mut client = grpc::dapr_client(sidecar.grpc_url()).await;
+    let metadata: std::collections::HashMap<String, String> = (0..65)
+        .map(|i| (format!("k{i}"), "v".to_string()))
+        .collect();
+    let entry = |id: &str, metadata| dapr::BulkPublishRequestEntry {
+        entry_id: id.into(),
+        event: b"x".to_vec(),
+        content_type: "text/plain".into(),
+        metadata,
+    };
+    let bulk = dapr::BulkPublishRequest {
+        pubsub_name: "pubsub".into(),
+        topic: "orders".into(),
+        entries: vec![entry("a", Default::default()), entry("b", metadata.clone())],
+        ..Default::default()
+    };
+    let status = client
+        .bulk_publish_event_alpha1(bulk)
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("item 1") && status.message().contains("64"),
+        "{status:?}"
+    );
+
+    let body = serde_json::json!([
+        {"entryId": "a", "event": "x", "contentType": "text/plain"},
+        {"entryId": "b", "event": "x", "contentType": "text/plain", "metadata": metadata},
+    ]);
+    let answer = reqwest::Client::new()
+        .post(format!(
+            "{}/v1.0-alpha1/publish/bulk/pubsub/orders",
+            sidecar.http_url()
+        ))
+        .json(&body)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    let answer: serde_json::Value = answer.json().await.expect("JSON");
+    assert_eq!(
+        answer["errorCode"], "ERR_PUBSUB_REQUEST_METADATA",
+        "{answer}"
+    );
+    sidecar.stop().await;
+}

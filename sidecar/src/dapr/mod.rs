@@ -61,8 +61,9 @@ pub(crate) use pubsub_delivery::logged;
 pub use pubsub_delivery::{EventSink, TopicDelivery, ANSWER_WITHIN, MAX_ATTEMPTS};
 pub use pubsub_event::{envelope, is_json, new_event_id, EnvelopeContext, TopicEvent};
 pub use request_limits::{
-    check_item_count, check_metadata_copies, check_request_metadata, collect_request_metadata,
-    RequestLimitError, MAX_BULK_ITEMS, MAX_REQUEST_METADATA_BYTES, MAX_REQUEST_METADATA_ENTRIES,
+    check_item_count, check_item_metadata, check_metadata_copies, check_request_metadata,
+    collect_request_metadata, RequestLimitError, MAX_BULK_ITEMS, MAX_REQUEST_METADATA_BYTES,
+    MAX_REQUEST_METADATA_ENTRIES,
 };
 pub use secrets::{exposed, SecretOpError, SecretOps};
 pub use sequencer::{SequencerOpError, SequencerOps};

@@ -6,7 +6,7 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use super::proto::dapr::proto::runtime::v1 as pb;
-use crate::dapr::{Call, PubSubOpError, PublishEvent};
+use crate::dapr::{check_item_metadata, Call, PubSubOpError, PublishEvent};
 use rewire_runtime::PubSubError;
 
 tokio::task_local! {
@@ -62,6 +62,10 @@ pub(super) async fn bulk_publish(
     let pubsub = call.pubsub(&req.pubsub_name)?;
     pubsub.check_entry_count(req.entries.len())?;
     pubsub.check_metadata(&req.metadata)?;
+    for (index, entry) in req.entries.iter().enumerate() {
+        check_item_metadata(("pubsub", &req.pubsub_name), index, &entry.metadata)
+            .map_err(PubSubOpError::from)?;
+    }
     let entries = req
         .entries
         .into_iter()

@@ -23,7 +23,8 @@ use super::path_params::PathParams;
 use crate::dapr::json_text::{reason_of, JsonCheck, TOP_DEPTH};
 use crate::dapr::pubsub_bulk_event::raw_bulk_event_bytes;
 use crate::dapr::{
-    Call, PubSubOpError, PubSubOps, PublishEvent, RequestLimitError, MAX_BULK_ITEMS,
+    check_item_metadata, Call, PubSubOpError, PubSubOps, PublishEvent, RequestLimitError,
+    MAX_BULK_ITEMS,
 };
 use crate::ApiState;
 use rewire_runtime::PubSubError;
@@ -192,6 +193,10 @@ pub async fn bulk_publish(
     pubsub
         .check_entry_count(entries.count)
         .map_err(to_response)?;
+    for (index, entry) in entries.kept.iter().enumerate() {
+        check_item_metadata(("pubsub", &pubsub_name), index, &entry.metadata)
+            .map_err(|e| to_response(e.into()))?;
+    }
     let (traceparent, tracestate) = event_trace(&headers);
     // As Dapr's loop: each entry's event is converted before its id is
     // checked, so a bad event before the first bad id is the one refused;
