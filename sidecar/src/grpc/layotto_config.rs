@@ -19,9 +19,7 @@ use tonic::{Status, Streaming};
 use super::observe::observed;
 use super::proto::spec::proto::runtime::v1 as pb;
 use super::subscription_queue::{pieces, queue, ItemTooLarge, QueueSender, QueuedBytes, Refused};
-use crate::dapr::{
-    check_item_count, check_request_metadata, config_item_bytes, Call, ResponseBudget,
-};
+use crate::dapr::{check_item_count, check_request_metadata, Call, ResponseBudget};
 use crate::ApiState;
 
 /// Subscriptions one stream may add.
@@ -358,7 +356,11 @@ async fn add(
             let limit = answers.limit();
             let sent = match answers_of(change.items, &store_name, &app_id, limit) {
                 Ok(cut) => answers
-                    .try_send_change(cut.into_iter().map(|(answer, size)| (Ok(answer), size)))
+                    .try_send_change(
+                        cut.into_iter()
+                            .map(|(answer, size)| (Ok(answer), size))
+                            .collect(),
+                    )
                     .map_err(|refused| (refused, None)),
                 Err(too_large) => Err((Refused::TooLarge, Some(too_large))),
             };
@@ -368,7 +370,8 @@ async fn add(
                 Ok(()) => {}
                 Err((Refused::Closed, _)) => break,
                 Err((refused, too_large)) => {
-                    let why = why_dropped(refused, too_large, &answers);
+                    let overhead = answer_overhead(&store_name, &app_id);
+                    let why = why_dropped(refused, too_large, overhead, &answers);
                     tracing::warn!(store = %store_name, reason = %why, "Layotto configuration subscriber dropped.");
                     metrics.subscriber_dropped();
                     answers.drop_with(Status::resource_exhausted(format!(
@@ -384,40 +387,65 @@ async fn add(
 }
 
 /// The answers carrying `items`, one change, to a stream of `store_name`
-/// and `app_id`, each with the bytes it takes: several when together they
-/// take more than the `limit` of one answer (a reload's catch-up sends
-/// every item that differs as one change), in order; refused only when one
-/// item alone takes more.
+/// and `app_id`, each with the bytes it takes encoded: several when
+/// together they take more than the `limit` of one answer (a reload's
+/// catch-up sends every item that differs as one change), in order;
+/// refused only when one item alone takes more (its [`ItemTooLarge`]
+/// bytes are the item's, without the [`answer_overhead`]).
 fn answers_of(
     items: Vec<ConfigItem>,
     store_name: &str,
     app_id: &str,
     limit: usize,
 ) -> Result<Vec<(pb::SubscribeConfigurationResponse, usize)>, ItemTooLarge> {
-    let overhead = store_name.len() + app_id.len();
+    let overhead = answer_overhead(store_name, app_id);
+    let items = items.into_iter().map(item_of).collect();
     let cut = pieces(items, limit.saturating_sub(overhead), item_bytes)?;
     let answers = cut.into_iter().map(|piece| {
         let answer = pb::SubscribeConfigurationResponse {
             store_name: store_name.to_string(),
             app_id: app_id.to_string(),
-            items: piece.items.into_iter().map(item_of).collect(),
+            items: piece.items,
         };
         (answer, overhead + piece.bytes)
     });
     Ok(answers.collect())
 }
 
-/// Why a stream whose answer was `refused` is dropped.
-fn why_dropped(refused: Refused, too_large: Option<ItemTooLarge>, answers: &Answers) -> String {
+/// The bytes an answer's `store_name` and `app_id` take, encoded.
+fn answer_overhead(store_name: &str, app_id: &str) -> usize {
+    let field = |tag: u32, text: &str| {
+        if text.is_empty() {
+            return 0;
+        }
+        prost::encoding::key_len(tag)
+            + prost::encoding::encoded_len_varint(text.len() as u64)
+            + text.len()
+    };
+    field(1, store_name) + field(2, app_id)
+}
+
+/// Why a stream whose answer was `refused` is dropped; an answer's
+/// `overhead` is what its store name and app id take.
+fn why_dropped(
+    refused: Refused,
+    too_large: Option<ItemTooLarge>,
+    overhead: usize,
+    answers: &Answers,
+) -> String {
     let limit = answers.limit();
     match refused {
+        Refused::ChangeTooLarge { bytes } => format!(
+            "a change of {bytes} bytes (in answers of at most {limit} bytes) is larger than the sidecar's subscribers together may have queued ({} bytes, 16 x max_response_bytes); none of it was delivered",
+            answers.total_limit()
+        ),
         Refused::Crowded => format!(
             "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this stream holds the most of them",
             answers.total_limit()
         ),
         Refused::TooLarge => format!(
-            "an item of {} bytes is larger than the limit of {limit} bytes per answer (max_response_bytes)",
-            too_large.map_or(0, |item| item.bytes)
+            "an answer carrying one item (and the store name and app id) takes {} bytes, more than the limit of {limit} bytes per answer (max_response_bytes)",
+            too_large.map_or(0, |item| item.bytes) + overhead
         ),
         _ => format!(
             "the client stopped reading its answers (more than {limit} bytes or 64 answers queued, max_response_bytes)"
@@ -425,10 +453,9 @@ fn why_dropped(refused: Refused, too_large: Option<ItemTooLarge>, answers: &Answ
     }
 }
 
-/// The bytes an item takes in an answer.
-fn item_bytes(item: &ConfigItem) -> usize {
-    let place = |text: &Option<String>| text.as_ref().map_or(0, String::len);
-    config_item_bytes(item) + place(&item.group) + place(&item.label)
+/// The bytes an item takes in an answer (repeated field 3), encoded.
+fn item_bytes(item: &pb::ConfigurationItem) -> usize {
+    prost::encoding::message::encoded_len(3, item)
 }
 
 fn query_of(
@@ -473,18 +500,22 @@ fn item_of(item: ConfigItem) -> pb::ConfigurationItem {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::Message as _;
 
-    /// A change larger than one answer may be is cut into several, each
-    /// within the limit, in order; only an item larger than the limit
-    /// alone is refused (before the fix the whole change was one answer,
-    /// refused past the limit, and the stream dropped).
-    #[test]
-    fn a_change_larger_than_one_answer_goes_out_in_several() {
-        let item = |key: &str, n: usize| ConfigItem {
+    fn item(key: &str, n: usize) -> ConfigItem {
+        ConfigItem {
             key: key.into(),
             value: "x".repeat(n),
             ..ConfigItem::default()
-        };
+        }
+    }
+
+    /// A change larger than one answer may be is cut into several, each
+    /// within the limit, in order, sized as encoded; only an item larger
+    /// than the limit alone is refused (before the fix the whole change was
+    /// one answer, refused past the limit, and the stream dropped).
+    #[test]
+    fn a_change_larger_than_one_answer_goes_out_in_several() {
         let items = vec![item("a", 6_000), item("b", 6_000), item("c", 10)];
         let answers = answers_of(items, "cfg", "shop", 10_000).expect("every item fits");
         let keys: Vec<Vec<&str>> = answers
@@ -493,6 +524,7 @@ mod tests {
             .collect();
         assert_eq!(keys, vec![vec!["a"], vec!["b", "c"]]);
         for (answer, size) in &answers {
+            assert_eq!(*size, answer.encoded_len());
             assert!(*size <= 10_000, "{size}");
             assert_eq!(
                 (answer.store_name.as_str(), answer.app_id.as_str()),
@@ -500,13 +532,44 @@ mod tests {
             );
         }
         let huge = vec![item("small", 1), item("huge", 10_000)];
-        assert_eq!(
-            answers_of(huge, "cfg", "shop", 10_000).err(),
-            Some(ItemTooLarge {
-                index: 1,
-                bytes: 10_004
-            })
-        );
+        let refused = answers_of(huge, "cfg", "shop", 10_000).err();
+        assert_eq!(refused.map(|too_large| too_large.index), Some(1));
+    }
+
+    /// Every answer of a change of many small items, cut at the default
+    /// 4 MiB, is at most 4 MiB encoded, gRPC clients' default receive
+    /// limit (failed before the fix: the first was past it, the items'
+    /// bytes counted without their protobuf framing).
+    #[test]
+    fn every_answer_of_a_change_cut_in_several_is_within_the_limit_encoded() {
+        const LIMIT: usize = 4 * 1024 * 1024;
+        let items = (0..8_000)
+            .map(|n| item(&format!("key-{n}"), 1_000))
+            .collect();
+        let answers = answers_of(items, "cfg", "shop", LIMIT).expect("every item fits");
+        assert!(answers.len() > 1);
+        for (answer, size) in &answers {
+            assert_eq!(*size, answer.encoded_len());
+            assert!(*size <= LIMIT, "{size} bytes encoded");
+        }
+    }
+
+    /// The size an item's refusal reports is the answer it would make,
+    /// store name and app id included: over the limit (failed before the
+    /// fix: "an item of 9985 bytes is larger than the limit of 10000").
+    #[test]
+    fn an_item_too_large_is_reported_with_the_answer_it_would_make() {
+        let huge = item("huge", 9_985);
+        let would_be = pb::SubscribeConfigurationResponse {
+            store_name: "cfg".into(),
+            app_id: "shop".into(),
+            items: vec![item_of(huge.clone())],
+        }
+        .encoded_len();
+        assert!(would_be > 10_000, "{would_be}");
+        let too_large = answers_of(vec![huge], "cfg", "shop", 10_000).err();
+        let overhead = answer_overhead("cfg", "shop");
+        assert_eq!(too_large.map(|item| item.bytes + overhead), Some(would_be));
     }
 
     /// A store name of any length is quoted cut in the timeout's message

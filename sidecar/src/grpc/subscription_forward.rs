@@ -6,8 +6,10 @@
 //! It forwards Dapr's subscriptions (gRPC and HTTP), so only the items with
 //! no group and no label: Dapr's requests carry neither. A change larger
 //! than one message may be (`max_response_bytes`) goes out in several, with
-//! the same id ([`pieces`]); only an item larger than that alone drops the
-//! subscriber.
+//! the same id ([`pieces`]), each sized as protobuf encodes it (so no
+//! message passes a client's receive limit set to the same bytes, gRPC's
+//! usual 4 MiB); only an item larger than that alone drops the subscriber,
+//! as does a change larger than all subscribers together may have queued.
 
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
@@ -55,13 +57,22 @@ impl Forward {
             if change.items.is_empty() {
                 continue;
             }
-            let room = self.sender.limit().saturating_sub(self.id.len());
-            let sent = match pieces(change.items, room, config_item_bytes) {
-                Ok(cut) => self
-                    .sender
-                    .try_send_change(cut.into_iter().map(|piece| self.message(piece)))
-                    .map_err(|refused| (refused, None)),
-                Err(too_large) => Err((Refused::TooLarge, Some(too_large))),
+            let room = self.sender.limit().saturating_sub(self.id_bytes());
+            // An item too large alone is found first, to be named by its
+            // own bytes as well as the message it would make.
+            let too_large = change.items.iter().enumerate().find_map(|(index, item)| {
+                let bytes = entry_bytes(item);
+                (bytes > room).then(|| (ItemTooLarge { index, bytes }, config_item_bytes(item)))
+            });
+            let sent = match too_large {
+                None => match pieces(change.items, room, entry_bytes) {
+                    Ok(cut) => self
+                        .sender
+                        .try_send_change(cut.into_iter().map(|piece| self.message(piece)).collect())
+                        .map_err(|refused| (refused, None)),
+                    Err(too_large) => Err((Refused::TooLarge, Some((too_large, too_large.bytes)))),
+                },
+                Some(too_large) => Err((Refused::TooLarge, Some(too_large))),
             };
             match sent {
                 Ok(()) => {}
@@ -80,17 +91,24 @@ impl Forward {
 
     /// Drops the subscriber rather than buffer without bound, and tells it
     /// why (if it ever reads again); what it left unread is discarded.
-    fn drop_slow(&self, refused: Refused, too_large: Option<ItemTooLarge>) {
+    /// `too_large`: the item alone larger than a message, and its own
+    /// bytes (key, value, version and metadata).
+    fn drop_slow(&self, refused: Refused, too_large: Option<(ItemTooLarge, usize)>) {
         let limit = self.sender.limit();
         let why = match refused {
             Refused::Crowded => format!(
                 "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this one holds the most of them",
                 self.sender.total_limit()
             ),
+            Refused::ChangeTooLarge { bytes } => format!(
+                "a change of {bytes} bytes (in messages of at most {limit} bytes) is larger than the sidecar's subscribers together may have queued ({} bytes, 16 x max_response_bytes); none of it was delivered",
+                self.sender.total_limit()
+            ),
             Refused::TooLarge => {
-                let bytes = too_large.map_or(0, |item| item.bytes);
+                let (item, own) = too_large.map_or((0, 0), |(item, own)| (item.index, own));
+                let bytes = too_large.map_or(0, |(item, _)| item.bytes) + self.id_bytes();
                 format!(
-                    "an item of {bytes} bytes is larger than the limit of {limit} bytes per message (max_response_bytes)"
+                    "item {item} of a change ({own} bytes of key, value, version and metadata) takes {bytes} bytes in a message with the subscription id, encoded, more than the limit of {limit} bytes per message (max_response_bytes)"
                 )
             }
             _ => format!(
@@ -103,30 +121,105 @@ impl Forward {
         self.sender.drop_with(reason);
     }
 
-    /// The message carrying `piece` of a change, with its size.
+    /// The bytes the subscription id takes in a message, encoded.
+    fn id_bytes(&self) -> usize {
+        id_bytes(&self.id)
+    }
+
+    /// The message carrying `piece` of a change, with its size: its
+    /// encoded length (a key repeated in one piece only makes it smaller).
     fn message(
         &self,
         piece: Piece<ConfigItem>,
     ) -> (Result<SubscribeConfigurationResponse, Status>, usize) {
-        let size = piece.bytes + self.id.len();
-        (Ok(self.response(piece.items)), size)
-    }
-
-    fn response(&self, items: Vec<ConfigItem>) -> SubscribeConfigurationResponse {
-        let items = items
-            .into_iter()
-            .map(|item| {
-                let value = DaprItem {
-                    value: item.value,
-                    version: item.version,
-                    metadata: item.metadata,
-                };
-                (item.key, value)
-            })
-            .collect();
-        SubscribeConfigurationResponse {
+        let size = piece.bytes + self.id_bytes();
+        let response = SubscribeConfigurationResponse {
             id: self.id.clone(),
-            items,
+            items: piece.items.into_iter().map(entry_of).collect(),
+        };
+        (Ok(response), size)
+    }
+}
+
+/// A store's item as a Dapr message's map carries it.
+fn entry_of(item: ConfigItem) -> (String, DaprItem) {
+    let value = DaprItem {
+        value: item.value,
+        version: item.version,
+        metadata: item.metadata,
+    };
+    (item.key, value)
+}
+
+/// The bytes subscription `id` takes in a message (field 1), encoded.
+pub(super) fn id_bytes(id: &str) -> usize {
+    if id.is_empty() {
+        return 0;
+    }
+    prost::encoding::key_len(1) + prost::encoding::encoded_len_varint(id.len() as u64) + id.len()
+}
+
+/// The bytes `item` takes in a message's `items` (map field 2) as
+/// [`entry_of`] makes it, encoded as prost encodes a map entry (a key or
+/// value left default omitted).
+fn entry_bytes(item: &ConfigItem) -> usize {
+    use prost::encoding::{encoded_len_varint, hash_map, key_len, string};
+    let text = |tag: u32, text: &String| {
+        if text.is_empty() {
+            0
+        } else {
+            string::encoded_len(tag, text)
         }
+    };
+    let metadata =
+        hash_map::encoded_len(string::encoded_len, string::encoded_len, 3, &item.metadata);
+    let value = text(1, &item.value) + text(2, &item.version) + metadata;
+    let value_in = if value == 0 {
+        0
+    } else {
+        key_len(2) + encoded_len_varint(value as u64) + value
+    };
+    let len = text(1, &item.key) + value_in;
+    key_len(2) + encoded_len_varint(len as u64) + len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+
+    /// A message's size, as counted, is its encoded length exactly.
+    #[test]
+    fn a_message_is_sized_as_protobuf_encodes_it() {
+        let id = "config-0123456789abcdef0123456789abcdef".to_string();
+        let items = vec![
+            ConfigItem {
+                key: "k".into(),
+                value: "v".repeat(300),
+                version: "7".into(),
+                metadata: [
+                    ("a".to_string(), "b".to_string()),
+                    (String::new(), "c".into()),
+                ]
+                .into(),
+                ..ConfigItem::default()
+            },
+            ConfigItem::default(),
+            ConfigItem {
+                key: "only-the-key".into(),
+                ..ConfigItem::default()
+            },
+            ConfigItem {
+                key: "v".into(),
+                version: "only-the-version".into(),
+                ..ConfigItem::default()
+            },
+        ];
+        let counted = id_bytes(&id) + items.iter().map(entry_bytes).sum::<usize>();
+        let message = SubscribeConfigurationResponse {
+            id,
+            items: items.into_iter().map(entry_of).collect(),
+        };
+        assert_eq!(counted, message.encoded_len());
     }
 }

@@ -15,8 +15,10 @@
 //! connection's reply budget (`connection::replying`).
 //!
 //! When the total is full, the subscriber holding the most bytes (the
-//! laggard) is dropped to make room, not the one whose message did not fit:
-//! a client that reads promptly is never crowded out by one that does not.
+//! laggard) is dropped to make room, not the one whose message did not fit,
+//! if it holds more than that one would with its message (or change): a
+//! client that reads promptly is never crowded out by one that does not,
+//! nor by another's change arriving after its own.
 //! The laggard is looked for only then, so queueing stays one lock and two
 //! atomic additions.
 //!
@@ -24,9 +26,21 @@
 //! bytes leave the total) and its stream ends with the reason.
 //!
 //! A change larger than one message may be is cut into several
-//! ([`pieces`]), queued together: the first within the subscriber's own
-//! limits, the rest within the total only, so a client that was not behind
-//! gets all of it (a reload's catch-up included).
+//! ([`pieces`]), queued all together or not at all (a client never applies
+//! part of an etcd transaction or an Apollo release): refused whole when it
+//! is larger than the total itself ([`Refused::ChangeTooLarge`]), else its
+//! bytes reserved in the total at once and its messages queued under one
+//! lock. A change that fits one message is held to the subscriber's own
+//! limit whole, as any message; one cut into several only asks that the
+//! subscriber not hold a full queue of its own already: its first message
+//! counts as the subscriber's own up to the room it has left, the rest is
+//! the sidecar's allowance (what it chose to queue over the limit to deliver
+//! the change whole), counted in the total only and let go of as read, so a
+//! client reading promptly is not taken for behind by the next change.
+//!
+//! Every forwarder sharing a queue (the subscriptions of one Layotto
+//! stream, each a clone of its sender) is held to the own limit apart: a
+//! reload's catch-up reaching them all at once is no client behind.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -67,6 +81,12 @@ pub(crate) enum Refused {
     Behind,
     /// The message alone is larger than the byte limit.
     TooLarge,
+    /// The change (all its messages) is larger than all subscribers
+    /// together may have queued: nothing of it was queued.
+    ChangeTooLarge {
+        /// The bytes of all its messages.
+        bytes: usize,
+    },
     /// All subscribers together hold the total limit, and this one holds
     /// the most of it.
     Crowded,
@@ -139,11 +159,15 @@ impl QueuedBytes {
     }
 
     /// Drops the queue holding the most bytes, if another than `own` holds
-    /// more than it; true when one was dropped.
-    fn evict_laggard(&self, own: u64) -> bool {
+    /// more than `own` would with the `incoming` bytes it could not queue;
+    /// true when one was dropped.
+    fn evict_laggard(&self, own: u64, incoming: usize) -> bool {
         let laggard = {
             let queues = self.queues();
-            let own_bytes = queues.get(&own).map_or(0, |q| q.queued());
+            let own_bytes = queues
+                .get(&own)
+                .map_or(0, |q| q.queued())
+                .saturating_add(incoming);
             queues
                 .iter()
                 .filter(|(id, _)| **id != own)
@@ -181,9 +205,14 @@ struct Shared<T> {
 }
 
 struct State<T> {
-    messages: VecDeque<(Message<T>, usize)>,
-    /// Bytes queued unread.
+    messages: VecDeque<Queued<T>>,
+    /// Bytes queued unread (the forwarders' own and the allowance alike).
     bytes: usize,
+    /// What each forwarder (sender) has queued unread of its own, by the
+    /// sender's number.
+    owners: HashMap<u64, Own>,
+    /// The number the next sender cloned gets.
+    next_owner: u64,
     /// Bytes of the message the reader took last, counted until it asks
     /// for the next (or goes).
     handed: usize,
@@ -195,7 +224,39 @@ struct State<T> {
     reader: Option<Waker>,
 }
 
+/// One message queued unread.
+struct Queued<T> {
+    message: Message<T>,
+    /// Its bytes, all counted in the queue's and the total.
+    size: usize,
+    /// The sender that queued it.
+    owner: u64,
+    /// The part of `size` counted as the sender's own (the rest is the
+    /// sidecar's allowance for a change cut into several messages).
+    own: usize,
+    /// Whether it counts among the sender's own messages.
+    counted: bool,
+}
+
+/// What one sender has queued unread of its own.
+#[derive(Debug, Default, Clone, Copy)]
+struct Own {
+    bytes: usize,
+    messages: usize,
+}
+
 impl<T> State<T> {
+    /// Takes the message queued first, no longer counted unread.
+    fn pop(&mut self) -> Option<(Message<T>, usize)> {
+        let queued = self.messages.pop_front()?;
+        self.bytes -= queued.size;
+        if let Some(own) = self.owners.get_mut(&queued.owner) {
+            own.bytes -= queued.own;
+            own.messages -= usize::from(queued.counted);
+        }
+        Some((queued.message, queued.size))
+    }
+
     /// Bytes counted for this subscriber: queued unread, and the message
     /// the reader took last.
     fn held(&self) -> usize {
@@ -214,6 +275,10 @@ impl<T> Shared<T> {
         self.total.release(state.held());
         state.bytes = 0;
         state.handed = 0;
+        state
+            .owners
+            .values_mut()
+            .for_each(|own| *own = Own::default());
         self.bytes.store(0, Ordering::Release);
     }
 
@@ -226,7 +291,13 @@ impl<T> Shared<T> {
             self.release_all(&mut state);
         }
         if !state.ended {
-            state.messages.push_back((Err(reason), 0));
+            state.messages.push_back(Queued {
+                message: Err(reason),
+                size: 0,
+                owner: u64::MAX,
+                own: 0,
+                counted: false,
+            });
             state.ended = true;
         }
         state.evicted |= evicted;
@@ -257,6 +328,8 @@ impl<T: Send> Evictable for Shared<T> {
 /// share one queue: clone it).
 pub(crate) struct QueueSender<T = SubscribeConfigurationResponse> {
     shared: Arc<Shared<T>>,
+    /// This sender's number, under which its own messages are counted.
+    owner: u64,
 }
 
 /// The stream a subscriber reads.
@@ -280,6 +353,8 @@ pub(crate) fn queue<T: Send + 'static>(
         state: Mutex::new(State {
             messages: VecDeque::new(),
             bytes: 0,
+            owners: HashMap::from([(0, Own::default())]),
+            next_owner: 1,
             handed: 0,
             ended: false,
             evicted: false,
@@ -294,53 +369,50 @@ pub(crate) fn queue<T: Send + 'static>(
         .insert(id, Arc::clone(&shared) as Arc<dyn Evictable>);
     let sender = QueueSender {
         shared: Arc::clone(&shared),
+        owner: 0,
     };
     (sender, SubscriptionStream { shared })
 }
 
 impl<T> QueueSender<T> {
-    /// Queues `message` of `size` bytes without waiting; when all
-    /// subscribers together are at their limit, the one holding the most
-    /// is dropped to make room, unless that is this one.
+    /// Queues `message` of `size` bytes without waiting, within this
+    /// sender's own limits; when all subscribers together are at their
+    /// limit, the one holding the most (counting `size` to this one) is
+    /// dropped to make room, unless that is this one.
     pub(crate) fn try_send(&self, message: Message<T>, size: usize) -> Result<(), Refused> {
-        self.try_queue(message, size, true)
+        self.try_send_change(vec![(message, size)])
     }
 
     /// Queues the messages of one change (each with its size, at most the
-    /// byte limit: see [`pieces`]) without waiting, in order: the first as
-    /// [`Self::try_send`] does, the others whatever this subscriber holds
-    /// already (it was not behind when the change came), within the total
-    /// only. Stops at the first refused.
+    /// byte limit: see [`pieces`]) without waiting, in order, all or none
+    /// (see the module doc): one message as [`Self::try_send`]; several
+    /// unless this sender holds a full queue of its own already, only the
+    /// first counted as its own, up to the room it has left.
     pub(crate) fn try_send_change(
         &self,
-        messages: impl IntoIterator<Item = (Message<T>, usize)>,
+        messages: Vec<(Message<T>, usize)>,
     ) -> Result<(), Refused> {
-        let mut first = true;
-        for (message, size) in messages {
-            self.try_queue(message, size, std::mem::take(&mut first))?;
+        if messages.is_empty() {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// Queues `message`, within this subscriber's own limits (bytes and
-    /// messages) when `own_limits`, and always within the total.
-    fn try_queue(
-        &self,
-        mut message: Message<T>,
-        size: usize,
-        own_limits: bool,
-    ) -> Result<(), Refused> {
-        if size > self.shared.limit {
+        if messages.iter().any(|(_, size)| *size > self.shared.limit) {
             return Err(Refused::TooLarge);
         }
+        let bytes = messages
+            .iter()
+            .fold(0usize, |sum, (_, size)| sum.saturating_add(*size));
+        if bytes > self.shared.total.limit() {
+            return Err(Refused::ChangeTooLarge { bytes });
+        }
+        let mut messages = messages;
         for _ in 0..MAX_EVICTIONS {
-            match self.try_push(message, size, own_limits) {
+            match self.try_push(messages, bytes) {
                 Ok(()) => return Ok(()),
                 Err((Refused::Crowded, back)) => {
-                    if !self.shared.total.evict_laggard(self.shared.id) {
+                    if !self.shared.total.evict_laggard(self.shared.id, bytes) {
                         return Err(Refused::Crowded);
                     }
-                    message = back;
+                    messages = back;
                 }
                 Err((refused, _)) => return Err(refused),
             }
@@ -348,27 +420,50 @@ impl<T> QueueSender<T> {
         Err(Refused::Crowded)
     }
 
+    /// Queues `messages` (`bytes` together) under one lock, or none.
+    #[allow(clippy::type_complexity)]
     fn try_push(
         &self,
-        message: Message<T>,
-        size: usize,
-        own_limits: bool,
-    ) -> Result<(), (Refused, Message<T>)> {
+        messages: Vec<(Message<T>, usize)>,
+        bytes: usize,
+    ) -> Result<(), (Refused, Vec<(Message<T>, usize)>)> {
         let mut state = self.shared.lock();
         if state.ended || self.shared.done.is_cancelled() {
-            return Err((Refused::Closed, message));
+            return Err((Refused::Closed, messages));
         }
-        let behind = state.messages.len() >= MAX_MESSAGES
-            || state.bytes.saturating_add(size) > self.shared.limit;
-        if own_limits && behind {
-            return Err((Refused::Behind, message));
+        let own = state.owners.get(&self.owner).copied().unwrap_or_default();
+        let limit = self.shared.limit;
+        let behind = own.messages >= MAX_MESSAGES
+            || if messages.len() == 1 {
+                own.bytes.saturating_add(bytes) > limit
+            } else {
+                own.bytes >= limit
+            };
+        if behind {
+            return Err((Refused::Behind, messages));
         }
-        if !self.shared.total.reserve(size) {
-            return Err((Refused::Crowded, message));
+        if !self.shared.total.reserve(bytes) {
+            return Err((Refused::Crowded, messages));
         }
-        state.bytes += size;
+        let room = limit - own.bytes;
+        let mut first = true;
+        for (message, size) in messages {
+            let counted = std::mem::take(&mut first);
+            let own = if counted { size.min(room) } else { 0 };
+            if let Some(owned) = state.owners.get_mut(&self.owner) {
+                owned.bytes += own;
+                owned.messages += usize::from(counted);
+            }
+            state.messages.push_back(Queued {
+                message,
+                size,
+                owner: self.owner,
+                own,
+                counted,
+            });
+        }
+        state.bytes += bytes;
         self.shared.bytes.store(state.held(), Ordering::Release);
-        state.messages.push_back((message, size));
         let reader = state.reader.take();
         drop(state);
         if let Some(reader) = reader {
@@ -410,11 +505,19 @@ impl<T> QueueSender<T> {
     }
 }
 
+/// A clone is another forwarder on the queue, held to the own limits
+/// apart.
 impl<T> Clone for QueueSender<T> {
     fn clone(&self) -> Self {
-        self.shared.lock().senders += 1;
+        let mut state = self.shared.lock();
+        state.senders += 1;
+        let owner = state.next_owner;
+        state.next_owner += 1;
+        state.owners.insert(owner, Own::default());
+        drop(state);
         Self {
             shared: Arc::clone(&self.shared),
+            owner,
         }
     }
 }
@@ -424,6 +527,7 @@ impl<T> Drop for QueueSender<T> {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.senders -= 1;
+        state.owners.remove(&self.owner);
         let reader = (state.senders == 0).then(|| state.reader.take()).flatten();
         drop(state);
         if let Some(reader) = reader {
@@ -440,8 +544,7 @@ impl<T> Stream for SubscriptionStream<T> {
         let mut state = shared.lock();
         // Asked for the next: the last taken has left the sidecar's hands.
         shared.total.release(std::mem::take(&mut state.handed));
-        let next = state.messages.pop_front().map(|(message, size)| {
-            state.bytes -= size;
+        let next = state.pop().map(|(message, size)| {
             state.handed = size;
             message
         });
@@ -557,23 +660,108 @@ mod tests {
         assert_eq!(sender.try_send(message(), 1), Err(Refused::Closed));
     }
 
-    /// The messages of one change past the first are queued whatever the
-    /// subscriber holds, within the total only; the next change is held
-    /// to the subscriber's own limit again.
+    /// A change of `n` messages of `size` bytes each.
+    fn change(n: usize, size: usize) -> Vec<(Message<SubscribeConfigurationResponse>, usize)> {
+        (0..n).map(|_| (message(), size)).collect()
+    }
+
+    /// Whether `stream` has a message ready, without waiting.
+    fn ready(stream: &mut SubscriptionStream) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(stream).poll_next(&mut cx).is_ready()
+    }
+
+    /// The messages of a change cut into several are queued whatever the
+    /// subscriber holds unread of its own (short of a full queue), the
+    /// first counted as its own up to the room left, the rest as the
+    /// sidecar's allowance: a client that has not read the id yet gets a
+    /// change whose first message is the whole limit, and the next change
+    /// after one cut in two (failed before the fix: `Behind` both times,
+    /// the overflow the sidecar queued taken for the client's backlog).
     #[tokio::test]
-    async fn the_messages_of_one_change_are_queued_together_within_the_total() {
-        let total = QueuedBytes::new(250);
+    async fn the_overflow_of_a_change_cut_in_several_is_not_the_client_being_behind() {
+        let total = QueuedBytes::new(1000);
         let (sender, mut stream) = open(100, &total);
-        let change = |n: usize| (0..n).map(|_| (message(), 60));
-        assert_eq!(sender.try_send_change(change(3)), Ok(()));
-        assert_eq!(total.inner.queued.load(Ordering::Acquire), 180);
-        assert_eq!(sender.try_send_change(change(1)), Err(Refused::Behind));
-        for _ in 0..3 {
+        assert_eq!(sender.try_send(message(), 10), Ok(()), "the id, unread");
+        assert_eq!(sender.try_send_change(change(2, 100)), Ok(()));
+        // Own: 10 + 90 (the first message, up to the room left): full.
+        assert_eq!(sender.try_send(message(), 1), Err(Refused::Behind));
+        assert_eq!(sender.try_send_change(change(2, 10)), Err(Refused::Behind));
+        for _ in 0..2 {
             assert!(stream.next().await.is_some());
         }
-        // Past the total, the change is refused where it stops fitting.
-        assert_eq!(sender.try_send_change(change(5)), Err(Refused::Crowded));
+        // The id and the first message read: the allowance left is no
+        // backlog of the client's.
+        assert_eq!(sender.try_send_change(change(2, 60)), Ok(()));
+        assert_eq!(sender.try_send(message(), 40), Ok(()));
+        assert_eq!(
+            queued(&total),
+            100 + 100 + 120 + 40,
+            "all counted in the total"
+        );
+        for _ in 0..4 {
+            assert!(stream.next().await.is_some());
+        }
+        ask_next(&mut stream).await;
+        assert_eq!(queued(&total), 0, "the allowance let go of as read");
+        // A change that fits one message is held to the own limit whole.
+        assert_eq!(sender.try_send(message(), 60), Ok(()));
+        assert_eq!(sender.try_send(message(), 60), Err(Refused::Behind));
+    }
+
+    /// Two forwarders on one queue (the subscriptions of one Layotto
+    /// stream) are held to the own limit apart: a reload's catch-up
+    /// reaching both at once, unread, refuses neither (failed before the
+    /// fix: the second was `Behind`, and the stream dropped).
+    #[tokio::test]
+    async fn forwarders_sharing_a_queue_are_held_to_the_own_limit_apart() {
+        let total = QueuedBytes::new(1000);
+        let (first, _stream) = open(100, &total);
+        let second = first.clone();
+        assert_eq!(first.try_send_change(change(2, 100)), Ok(()));
+        assert_eq!(second.try_send(message(), 90), Ok(()));
+        assert_eq!(first.try_send(message(), 1), Err(Refused::Behind));
+        assert_eq!(second.try_send(message(), 20), Err(Refused::Behind));
+    }
+
+    /// A change is queued whole or not at all: larger than the total
+    /// itself, it is refused with its own reason and nothing of it is
+    /// readable (failed before the fix: four of its five messages queued
+    /// and readable, then `Crowded`).
+    #[tokio::test]
+    async fn a_change_larger_than_the_total_is_refused_whole() {
+        let total = QueuedBytes::new(250);
+        let (sender, mut stream) = open(100, &total);
+        assert_eq!(
+            sender.try_send_change(change(5, 60)),
+            Err(Refused::ChangeTooLarge { bytes: 300 })
+        );
+        assert_eq!(queued(&total), 0);
+        assert!(!ready(&mut stream), "nothing of it queued");
         assert!(!sender.evicted(), "nobody else to drop");
+    }
+
+    /// A change that fits the total but not beside what another holds is
+    /// refused whole, and the other (a prompt reader whose own change came
+    /// first, holding no more than this one would) is not dropped for it
+    /// (failed before the fix: the first message queued, then the other
+    /// dropped as "holding the most" and its change discarded).
+    #[tokio::test]
+    async fn a_change_crowded_out_is_refused_whole_and_drops_no_smaller_subscriber() {
+        let total = QueuedBytes::new(300);
+        let (other, _other_stream) = queue("subscription `other`".into(), 100, total.clone());
+        let (sender, mut stream) = open(100, &total);
+        assert_eq!(other.try_send_change(change(2, 100)), Ok(()));
+        assert_eq!(
+            sender.try_send_change(change(2, 100)),
+            Err(Refused::Crowded)
+        );
+        assert!(!other.evicted(), "it holds no more than the change");
+        assert_eq!(queued(&total), 200);
+        assert!(!ready(&mut stream), "nothing of it queued");
+        // A change that fits beside it is queued.
+        assert_eq!(sender.try_send_change(change(2, 50)), Ok(()));
+        assert!(ready(&mut stream));
     }
 
     #[tokio::test]

@@ -24,7 +24,7 @@ use tonic::Status;
 
 use super::open_subscriptions::{Booking, OpenSubscriptions, Started};
 use super::proto::dapr::proto::runtime::v1::SubscribeConfigurationResponse;
-use super::subscription_forward::Forward;
+use super::subscription_forward::{id_bytes, Forward};
 use super::subscription_queue::{queue, QueuedBytes};
 use crate::metrics::ApiMetrics;
 use rewire_runtime::ConfigSubscription;
@@ -153,7 +153,7 @@ impl Booked {
         };
         // The queue is new and empty: the first message fits (room is
         // made in the total if need be).
-        let _ = sender.try_send(Ok(first), id.len());
+        let _ = sender.try_send(Ok(first), id_bytes(&id));
         let forward = Forward {
             id,
             store,
@@ -175,6 +175,8 @@ impl Booked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::proto::dapr::proto::common::v1::ConfigurationItem as DaprItem;
+    use prost::Message as _;
     use rewire_runtime::{ConfigChange, ConfigItem};
     use tokio::sync::mpsc;
     use tokio_stream::StreamExt;
@@ -405,9 +407,25 @@ mod tests {
             assert_eq!(keys, vec![key.to_string()]);
         }
         assert_eq!(subscriptions.len(), 1, "still open");
-        // Alone over the limit: dropped, naming the item's size.
+        // Alone over the limit with the id: dropped, naming the size of
+        // the message it would make, which is over the limit (failed
+        // before the fix: "an item of 9991 bytes is larger than the limit
+        // of 10000 bytes", its own bytes without the id's).
+        let huge = item("huge", 9_990);
+        let would_be = SubscribeConfigurationResponse {
+            id: id.clone(),
+            items: HashMap::from([(
+                huge.key.clone(),
+                DaprItem {
+                    value: huge.value.clone(),
+                    ..DaprItem::default()
+                },
+            )]),
+        }
+        .encoded_len();
+        assert!(would_be > 10_000, "{would_be}");
         let change = ConfigChange {
-            items: vec![item("small", 1), item("huge", 10_001)],
+            items: vec![item("small", 1), huge],
         };
         changes.send(change).await.expect("send");
         let reason = testkit::soon("the stream's next message", stream.next())
@@ -416,12 +434,96 @@ mod tests {
             .expect_err("dropped");
         assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
         assert!(
-            reason
-                .message()
-                .contains("an item of 10005 bytes is larger than the limit of 10000 bytes"),
+            reason.message().contains(&format!(
+                "item 1 of a change (9994 bytes of key, value, version and metadata) takes \
+                 {would_be} bytes in a message with the subscription id, encoded, more than the \
+                 limit of 10000 bytes"
+            )),
             "{}",
             reason.message()
         );
+    }
+
+    /// After a change cut into several, the next change reaches a client
+    /// that has read none of it yet (failed before the fix: the second change was refused, the client "stopped reading",
+    /// its stream ended `RESOURCE_EXHAUSTED` after `a` and `b`).
+    #[tokio::test]
+    async fn a_change_after_one_cut_in_several_reaches_a_client_yet_to_read() {
+        let subscriptions = Subscriptions::new(
+            CancellationToken::new(),
+            10_000,
+            Arc::new(ApiMetrics::new()),
+        );
+        let (changes, subscription) = subscription();
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
+        let item = |key: &str, n: usize| ConfigItem {
+            key: key.into(),
+            value: "x".repeat(n),
+            ..ConfigItem::default()
+        };
+        let first = ConfigChange {
+            items: vec![item("a", 6_000), item("b", 6_000)],
+        };
+        changes.send(first).await.expect("send");
+        let second = ConfigChange {
+            items: vec![item("c", 10)],
+        };
+        changes.send(second).await.expect("send");
+        // The forwarder has taken both (the channel holds 4) once a third
+        // goes in and the subscription is still open.
+        let mut keys = Vec::new();
+        for _ in 0..4 {
+            let message = testkit::soon("the stream's next message", stream.next())
+                .await
+                .expect("a message")
+                .unwrap_or_else(|status| panic!("dropped: {status:?}"));
+            keys.extend(message.items.into_keys());
+        }
+        assert_eq!(keys, vec!["a", "b", "c"]);
+        assert_eq!(subscriptions.len(), 1, "still open");
+    }
+
+    /// Every message of a change of many small items, cut at the default
+    /// 4 MiB, is at most 4 MiB encoded, gRPC clients' default receive
+    /// limit (failed before the fix: the first was about 4.26 MB, the
+    /// items' bytes counted without their protobuf framing).
+    #[tokio::test]
+    async fn every_message_of_a_change_cut_in_several_is_within_the_limit_encoded() {
+        const LIMIT: usize = 4 * 1024 * 1024;
+        let subscriptions =
+            Subscriptions::new(CancellationToken::new(), LIMIT, Arc::new(ApiMetrics::new()));
+        let (changes, subscription) = subscription();
+        let mut stream = subscriptions
+            .open("config", subscription, None)
+            .expect("open");
+        let items: Vec<ConfigItem> = (0..8_000)
+            .map(|n| ConfigItem {
+                key: format!("key-{n}"),
+                value: "x".repeat(1_000),
+                version: "1".into(),
+                ..ConfigItem::default()
+            })
+            .collect();
+        changes.send(ConfigChange { items }).await.expect("send");
+        let mut delivered = 0;
+        let mut messages = 0;
+        while delivered < 8_000 {
+            let message = testkit::soon("the stream's next message", stream.next())
+                .await
+                .expect("a message")
+                .unwrap_or_else(|status| panic!("dropped: {status:?}"));
+            assert!(
+                message.encoded_len() <= LIMIT,
+                "{} bytes encoded",
+                message.encoded_len()
+            );
+            delivered += message.items.len();
+            messages += 1;
+        }
+        assert_eq!(delivered, 8_000);
+        assert!(messages > 2, "the id and the change cut in two at least");
     }
 
     #[tokio::test]
