@@ -184,14 +184,13 @@ pub struct ChargedAsSent<B> {
 enum Refusing {
     /// A repeatable read's answer: its first (nothing of it sent yet).
     First,
-    /// A configuration subscription's stream: all but its first (Dapr's
-    /// carries the subscription's id: the subscription is made, as a call
-    /// that changed state is answered; Layotto's, its first change, as
-    /// the subscription it made). A change refused past the budgets ends the
-    /// stream with its reason, as a subscriber dropped for not reading:
-    /// the client has as many bytes not taken on its connection as the
-    /// budget allows, unless the connection holds nothing.
-    AfterFirst,
+    /// A configuration subscription's stream: none. Its frames are
+    /// charged, so reads see what it holds, but never refused: dropping a
+    /// subscription loses its changes (Dapr's SDKs do not subscribe again)
+    /// and would let clients filling the budgets end other clients'
+    /// subscriptions, while its own queue and the slicing bound what it
+    /// holds.
+    Never,
 }
 
 impl<B> ChargedAsSent<B> {
@@ -201,10 +200,10 @@ impl<B> ChargedAsSent<B> {
     }
 
     /// A configuration subscription's stream `body`, charged to
-    /// `in_flight`'s connection and listener, every change refusable (see
-    /// [`Refusing::AfterFirst`]).
+    /// `in_flight`'s connection and listener, never refused (see
+    /// [`Refusing::Never`]).
     pub fn subscription(body: B, in_flight: InFlight) -> Self {
-        Self::refusing(body, in_flight, Refusing::AfterFirst)
+        Self::refusing(body, in_flight, Refusing::Never)
     }
 
     fn refusing(body: B, in_flight: InFlight, refusing: Refusing) -> Self {
@@ -225,7 +224,7 @@ impl<B> ChargedAsSent<B> {
         let first = !std::mem::replace(&mut self.begun, true);
         let refusable = match self.refusing {
             Refusing::First => first,
-            Refusing::AfterFirst => !first,
+            Refusing::Never => false,
         };
         if refusable {
             ReplyCharge::take(&self.in_flight, bytes)
@@ -236,16 +235,9 @@ impl<B> ChargedAsSent<B> {
 }
 
 /// The trailers ending an answer refused for `refused`: its status and
-/// message as tonic writes them (the hot path's refusal's words; a
-/// subscription's say it is dropped).
-fn refusal_trailers(refused: ReplyRefused, refusing: Refusing) -> HeaderMap {
-    let message = match refusing {
-        Refusing::First => refused.to_string(),
-        Refusing::AfterFirst => {
-            format!("configuration subscription dropped, a change not sent: {refused}")
-        }
-    };
-    let status = tonic::Status::resource_exhausted(message);
+/// message as tonic writes them (the hot path's refusal's words).
+fn refusal_trailers(refused: ReplyRefused) -> HeaderMap {
+    let status = tonic::Status::resource_exhausted(refused.to_string());
     let mut trailers = status.into_http::<()>().into_parts().0.headers;
     trailers.remove(header::CONTENT_TYPE);
     trailers
@@ -283,7 +275,7 @@ where
                     }
                     Err(refused) => {
                         this.refused = true;
-                        let trailers = refusal_trailers(refused, this.refusing);
+                        let trailers = refusal_trailers(refused);
                         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
                     }
                 },
