@@ -282,9 +282,7 @@ fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize
     if !user.is_empty() && after_colon.is_empty() {
         return None;
     }
-    let rest = &text[end..];
-    let rest = &rest[..rest.find(ends_url).unwrap_or(rest.len())];
-    let rest = &rest[..rest.find("://").unwrap_or(rest.len())];
+    let rest = up_to_url_end_or_next_url(&text[end..]);
     // Only a plain `host:port` may have a query: elsewhere a `?` may be in
     // the password.
     let is_host_and_port = !user.is_empty() && after_colon.bytes().all(|b| b.is_ascii_digit());
@@ -296,6 +294,21 @@ fn userinfo_past_authority(text: &str, start: usize, end: usize) -> Option<usize
     let at = end + rest.rfind('@')?;
     let host = text[at + 1..].chars().next()?;
     (host.is_alphanumeric() || host == '[').then_some(at)
+}
+
+/// `rest` up to the end of its URL ([`ends_url`]) or the next `://`,
+/// whichever comes first. Reads no further: each `://` of a word reads at
+/// most up to the one after it, so a word of many (`a://:x/a://:x/…`) is
+/// read in time linear in its length (read to the word's end for each, a
+/// 256 KiB word took 4.6 s).
+fn up_to_url_end_or_next_url(rest: &str) -> &str {
+    let end = rest
+        .char_indices()
+        .find(|&(i, c)| ends_url(c) || rest[i..].starts_with("://"))
+        .map_or(rest.len(), |(i, _)| i);
+    #[cfg(test)]
+    tests::note_bytes_read_past_authorities(end);
+    &rest[..end]
 }
 
 /// `rest` (what follows a `host:port`) up to its query's first `=`: an `@`
@@ -324,6 +337,26 @@ fn is_userinfo_char(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// How many bytes past URL authorities this test's thread read in
+        /// [`up_to_url_end_or_next_url`].
+        static BYTES_READ_PAST_AUTHORITIES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Counts `bytes` read past a URL's authority on this thread.
+    pub(super) fn note_bytes_read_past_authorities(bytes: usize) {
+        BYTES_READ_PAST_AUTHORITIES.with(|read| read.set(read.get() + bytes));
+    }
+
+    /// How many bytes past URL authorities `without_credentials(text)`
+    /// reads, and what it returns.
+    fn bytes_read_past_authorities(text: &str) -> (usize, String) {
+        BYTES_READ_PAST_AUTHORITIES.with(|read| read.set(0));
+        let redacted = without_credentials(text).into_owned();
+        (BYTES_READ_PAST_AUTHORITIES.with(Cell::get), redacted)
+    }
 
     #[test]
     fn redacts_the_password_and_keeps_the_user() {
@@ -653,6 +686,34 @@ mod tests {
         assert_eq!(
             without_credentials(&after(MOST_LOOKS_PER_WORD)),
             after(MOST_LOOKS_PER_WORD)
+        );
+    }
+
+    /// Failed before (rv7 1): past an authority without an `@` that is
+    /// `user:` or `:x` ending at a `/`, `?` or `#`, the rest of the word
+    /// was read to its end before being cut at the next `://`, for each
+    /// `://`: a word of many (a client's state key, logged) took time
+    /// quadratic in its length, on every log line. Counted, not timed.
+    #[test]
+    fn a_word_of_many_urls_is_read_past_their_authorities_in_linear_time() {
+        for piece in ["a://:x/", "a://u:p?", "a://:x#/", "h://u:p/a?b=c"] {
+            let long = format!("{} x@y", piece.repeat(40_000));
+            let (read, redacted) = bytes_read_past_authorities(&long);
+            assert!(
+                read <= 2 * long.len(),
+                "{piece}: read {read} bytes past authorities in {}",
+                long.len()
+            );
+            assert_eq!(redacted, long, "{piece}");
+        }
+        // What it reads up to is as before: each URL's password (up to the
+        // next URL, or the end of the word) is still found.
+        let urls = "redis://:a/b@h1:1,redis://:c/d@h2:2,x".repeat(1_000);
+        let (read, redacted) = bytes_read_past_authorities(&urls);
+        assert!(read <= 2 * urls.len(), "read {read} in {}", urls.len());
+        assert_eq!(
+            redacted,
+            "redis://:[redacted]@h1:1,redis://:[redacted]@h2:2,x".repeat(1_000)
         );
     }
 
