@@ -38,14 +38,17 @@ const REDACTED: &str = "[redacted]";
 /// a URL is, but only in a narrower shape, so that ordinary text (an
 /// e-mail address, `host:port`, a time of day) is left as it is:
 /// - it starts a word (text between whitespace, quotes, backticks, `<`
-///   and `>`) or follows an `=` in one (`endpoint=u:p@h`), before the
-///   word's first `://` (past which the word is a URL, read as above),
-///   and among the first 16 places of the word where a user name and a
-///   `:` start (a bound on the work a long word makes);
+///   and `>`) or follows an `=`, a `[` or a `{` in one (`endpoint=u:p@h`,
+///   `[u:p@h]`), before the word's first `://` (past which the word is a
+///   URL, read as above), and among the first 16 places of the word where
+///   a user name and a `:` start (a bound on the work a long word makes);
 /// - its userinfo holds a `:`: a user name (possibly empty, of the
-///   characters a URL's user name may hold, but no `=`), a `:`, then a
-///   non-empty password; a lone `token@host` is not redacted here, being
-///   indistinguishable from an e-mail address (`me@example.com`);
+///   characters a URL's user name may hold, but no `=`; or an e-mail
+///   address, `alice@corp.com:pw@h`), a `:`, then a non-empty password; a
+///   lone `token@host` is not redacted here, being indistinguishable from
+///   an e-mail address (`me@example.com`);
+/// - after a `[`, its userinfo holds no `]` (`[::1]:80@x`, an IPv6
+///   address and a port, is left as it is);
 /// - a host follows its `@`: a letter, a digit or `[` first, and not only
 ///   digits (`10.0.0.1:7000@17000,name`, a Redis cluster node's
 ///   `ip:port@busport,hostname`, is left as it is);
@@ -53,7 +56,8 @@ const REDACTED: &str = "[redacted]";
 ///   user (`mailto:me@example.com`, also `sip`, `sips`, `xmpp`).
 ///
 /// Still redacted, as it is that shape: `To:alice@example.com`, written
-/// without a space (read as user `To`, password `alice`).
+/// without a space (read as user `To`, password `alice`), and so Go's
+/// `map[to:alice@example.com]`.
 ///
 /// Text without any of these is returned as is.
 ///
@@ -179,9 +183,15 @@ fn scheme_less_password_spans(text: &str) -> Vec<Range<usize>> {
         let word = &text[word_start..word_end];
         // Past a `://` the word is a URL, read by `url_credential_spans`.
         let word = &word[..word.find("://").unwrap_or(word.len())];
-        let starts = std::iter::once(0).chain(word.match_indices('=').map(|(i, _)| i + 1));
+        // Where a user name may start: the word's start, and after each
+        // `=`, `[` or `{` (none a user name's character, so that no two
+        // user names overlap), with whether a `[` opened it.
+        let starts = std::iter::once((0, false)).chain(
+            word.match_indices(['=', '[', '{'])
+                .map(|(i, opening)| (i + 1, opening == "[")),
+        );
         let mut looks = 0;
-        for start in starts.map(|offset| word_start + offset) {
+        for (start, after_bracket) in starts.map(|(offset, after)| (word_start + offset, after)) {
             // Inside a password found already (`u:a=b:c@h`).
             if spans.last().is_some_and(|last| start < last.end) {
                 continue;
@@ -193,7 +203,11 @@ fn scheme_less_password_spans(text: &str) -> Vec<Range<usize>> {
             if looks > MOST_LOOKS_PER_WORD {
                 break;
             }
-            if let Some(password) = scheme_less_password(text, user) {
+            let Some(password) = scheme_less_password(text, user) else {
+                continue;
+            };
+            // An IPv6 address's `]` (`[::1]:80@x`): no userinfo.
+            if !(after_bracket && text[start..password.end].contains(']')) {
                 spans.push(password);
             }
         }
@@ -203,11 +217,20 @@ fn scheme_less_password_spans(text: &str) -> Vec<Range<usize>> {
 }
 
 /// Where the user name of an address without a scheme is, if one starts
-/// at `text[start..]`: a user name (maybe empty, no address scheme)
-/// followed by a `:`. Reads only the user name.
+/// at `text[start..]`: a user name (maybe empty, no address scheme) or an
+/// e-mail address (`alice@corp.com`, its one `@` between user name
+/// characters), followed by a `:`. Reads only the user name.
 fn scheme_less_user(text: &str, start: usize) -> Option<Range<usize>> {
     let rest = &text[start..];
-    let user = &rest[..rest.find(|c| !is_scheme_less_user_char(c))?];
+    let user_chars = |s: &str| s.find(|c| !is_scheme_less_user_char(c)).unwrap_or(s.len());
+    let mut user_len = user_chars(rest);
+    if user_len > 0 && rest[user_len..].starts_with('@') {
+        let domain_len = user_chars(&rest[user_len + 1..]);
+        if domain_len > 0 {
+            user_len += 1 + domain_len;
+        }
+    }
+    let user = &rest[..user_len];
     let is_address_scheme = ADDRESS_SCHEMES
         .iter()
         .any(|scheme| user.eq_ignore_ascii_case(scheme));
@@ -217,10 +240,13 @@ fn scheme_less_user(text: &str, start: usize) -> Option<Range<usize>> {
 /// Where the password of the address without a scheme whose user name is
 /// `text[user]` (a `:` after it) is, if it is one: `user:password@host`,
 /// its userinfo ending as a URL's does (the last `@` of the authority, or
-/// past it for a password holding a `/`, `?` or `#`). May read up to the
-/// end of the word.
+/// past it for a password holding a `/`, `?` or `#`); the authority of
+/// an e-mail address as the user name starts past its `@`. May read up to
+/// the end of the word.
 fn scheme_less_password(text: &str, user: Range<usize>) -> Option<Range<usize>> {
-    let start = user.start;
+    let start = text[user.clone()]
+        .find('@')
+        .map_or(user.start, |at| user.start + at + 1);
     let end = text[start..]
         .find(ends_authority)
         .map_or(text.len(), |i| start + i);
@@ -675,6 +701,9 @@ mod tests {
         for long in [
             format!("{} x@y", "=:/".repeat(100_000)),
             format!("{} x@y", "a'".repeat(100_000)),
+            format!("{} x@y", "[:/".repeat(100_000)),
+            format!("{} x@y", "{a@b:/".repeat(100_000)),
+            format!("{} x@y", "[a@b".repeat(100_000)),
         ] {
             assert!(matches!(without_credentials(&long), Cow::Borrowed(_)));
         }
@@ -715,6 +744,65 @@ mod tests {
             redacted,
             "redis://:[redacted]@h1:1,redis://:[redacted]@h2:2,x".repeat(1_000)
         );
+    }
+
+    /// Failed before (rv7 2): the password of an address without a scheme
+    /// whose user name is an e-mail address, or which follows a `[` or a
+    /// `{`, was shown whole.
+    #[test]
+    fn redacts_a_password_after_an_email_user_name_or_an_opening_bracket() {
+        for (text, shown) in [
+            (
+                "alice@corp.com:pw-9x@collector:4317",
+                "alice@corp.com:[redacted]@collector:4317",
+            ),
+            (
+                "endpoint=alice@corp.com:pw-9x@collector:4317 x",
+                "endpoint=alice@corp.com:[redacted]@collector:4317 x",
+            ),
+            (
+                "a.b+c@corp.com:Zm9v/YmFy@db:6379/0",
+                "a.b+c@corp.com:[redacted]@db:6379/0",
+            ),
+            (
+                "alice@corp.com:p@ss@[::1]:4317",
+                "alice@corp.com:[redacted]@[::1]:4317",
+            ),
+            ("[u:pw-9x@h]", "[u:[redacted]@h]"),
+            ("{u:pw-9x@h}", "{u:[redacted]@h}"),
+            ("peers=[u:pw-9x@h:1]", "peers=[u:[redacted]@h:1]"),
+            ("[u:pw-9x@[::1]:80]", "[u:[redacted]@[::1]:80]"),
+            ("{alice@corp.com:pw-9x@h}", "{alice@corp.com:[redacted]@h}"),
+            // A `(` is a user name's character: read from the word's start.
+            ("(u:pw-9x@h)", "(u:[redacted]@h)"),
+            // Documented: the shape, though no credentials.
+            (
+                "map[to:alice@example.com]",
+                "map[to:[redacted]@example.com]",
+            ),
+        ] {
+            assert_eq!(without_credentials(text), shown, "{text}");
+            assert_eq!(
+                credential_spans(text).len(),
+                shown.matches(REDACTED).count(),
+                "{text}"
+            );
+            assert_eq!(without_credentials(shown), shown);
+        }
+        for plain in [
+            "[::1]:80@x [fe80::1%eth0]:6379@node-a x[::1]:80@h {[::1]:80@x}",
+            "addr=[::1]:6379 [::1]:30004@31004",
+            "mail alice@corp.com: see [a@b.com] {me@example.com} x@y@z",
+            "ssh user@host:22 [user@host:22] git@github.com:org/repo",
+            "scp f user@host:/tmp/a@b @user_script:1: a@:b@c",
+            "fe80::1:7000@17000 127.0.0.1:30004@31004,node-d,tls-port=0,shard-id=e2b0",
+        ] {
+            assert!(
+                matches!(without_credentials(plain), Cow::Borrowed(_)),
+                "{plain}: {}",
+                without_credentials(plain)
+            );
+        }
     }
 
     /// What an address without a scheme must not be read in: ordinary
