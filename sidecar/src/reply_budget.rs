@@ -150,6 +150,23 @@ impl ConnectionReplies {
         Ok(())
     }
 
+    /// Takes `bytes` from both budgets, refused only past the connection's
+    /// own limit (unless it holds nothing): a configuration subscription's
+    /// change, which other clients filling the listener must not drop
+    /// (its loss is not retried as a read is), while its own connection
+    /// is still held to what it may keep unread.
+    pub fn charge_within_own(&self, bytes: usize) -> Result<(), ReplyRefused> {
+        let own = &self.own;
+        if own
+            .charge_if(bytes, |held| held == 0 || own.fits(held, bytes))
+            .is_none()
+        {
+            return Err(ReplyRefused::Connection(own.limit));
+        }
+        self.listener.held.fetch_add(bytes, Ordering::AcqRel);
+        Ok(())
+    }
+
     /// Takes `bytes` from both budgets whatever they hold: an answer that
     /// must be sent (its call changed state) still counts against the
     /// answers after it.

@@ -15,7 +15,8 @@
 //! lock taken, an id spent, a subscription opened) is charged and sent,
 //! since refusing it would hide a change already made. A configuration
 //! subscription's stream is charged as it is produced too, each change
-//! refusable ([`CountedBody::counted_subscription`]).
+//! refusable past its own connection's limit
+//! ([`CountedBody::counted_subscription`]).
 //! The same for both servers, which differ in how a request finds
 //! its connection (axum makes a service per connection, which holds the
 //! count; tonic's requests carry their connection's [`PeerInfo`]) and in
@@ -651,7 +652,15 @@ mod tests {
     /// budget is `budget` bytes, and the connection.
     async fn streamed(path: &str, budget: usize) -> (tonic::body::Body, InFlight) {
         let limits = crate::reply_budget::ReplyLimits::new(budget, 1 << 30);
-        let in_flight = InFlight::with_replies(&limits);
+        streamed_within(path, &limits).await
+    }
+
+    /// The answer to a call on `path` over a connection of `limits`.
+    async fn streamed_within(
+        path: &str,
+        limits: &crate::reply_budget::ReplyLimits,
+    ) -> (tonic::body::Body, InFlight) {
+        let in_flight = InFlight::with_replies(limits);
         let mut service =
             CountRequests::for_connection(Streams, in_flight.clone(), BodyBudget::new(1 << 20));
         let request = Request::builder()
@@ -680,7 +689,7 @@ mod tests {
     /// (failed before the fix: never charged, each change handed to h2
     /// whole).
     #[tokio::test]
-    async fn a_subscription_stream_is_charged_as_produced_and_never_refused() {
+    async fn a_subscription_stream_is_charged_and_refused_only_past_its_connections_budget() {
         const SUBSCRIPTIONS: [&str; 3] = [
             "/dapr.proto.runtime.v1.Dapr/SubscribeConfiguration",
             "/dapr.proto.runtime.v1.Dapr/SubscribeConfigurationAlpha1",
@@ -701,18 +710,38 @@ mod tests {
             drop(body);
             assert_eq!(in_flight.replies().held(), 0, "{path}");
         }
-        // Another answer holds the connection's budget: the change is
-        // still sent, charged (a subscription is never dropped for what
-        // other calls hold; failed before: the stream ended `grpc-status`
-        // 8).
+        // Another answer holds the connection's budget: the id passes, the
+        // change ends the stream.
         let (mut body, in_flight) = streamed(SUBSCRIPTIONS[0], 100).await;
         let held = ReplyCharge::anyway(&in_flight, 100);
         assert!(next_frame(&mut body).await.is_some_and(|f| f.is_data()));
+        let end = next_frame(&mut body).await.expect("the end");
+        let trailers = end.into_trailers().expect("trailers");
+        assert_eq!(trailers["grpc-status"], "8");
+        // Percent-encoded, as gRPC sends it.
+        let message = trailers["grpc-message"].to_str().expect("text");
+        let message = message.replace("%20", " ");
+        assert!(
+            message.contains("configuration subscription dropped")
+                && message.contains("max_response_bytes_in_flight_per_connection"),
+            "{message}"
+        );
+        assert!(next_frame(&mut body).await.is_none());
+        drop(held);
+        assert_eq!(in_flight.replies().held(), 0);
+        // Other connections hold the listener's budget and this one holds
+        // a read: the change is still sent, charged (failed with the first
+        // version: other clients filling the listener dropped it).
+        let limits = crate::reply_budget::ReplyLimits::new(1 << 30, 2 * CHANGE);
+        let others = InFlight::with_replies(&limits);
+        let filling = ReplyCharge::anyway(&others, 2 * CHANGE);
+        let (mut body, in_flight) = streamed_within(SUBSCRIPTIONS[2], &limits).await;
+        let read = ReplyCharge::anyway(&in_flight, 1);
+        assert!(next_frame(&mut body).await.is_some_and(|f| f.is_data()));
         let slice = next_frame(&mut body).await.expect("a slice of the change");
         assert!(slice.is_data(), "{slice:?}");
-        assert_eq!(in_flight.replies().held(), 100 + CHANGE, "charged anyway");
-        drop(body);
-        drop(held);
+        assert_eq!(in_flight.replies().held(), 1 + CHANGE);
+        drop((body, read, filling));
         assert_eq!(in_flight.replies().held(), 0);
         // Other streams of unknown size are not charged here.
         let (mut body, in_flight) = streamed(

@@ -63,6 +63,17 @@ impl ReplyCharge {
         })
     }
 
+    /// `bytes` charged to `in_flight`'s connection and listener, unless
+    /// the connection would pass its own limit (see
+    /// [`ConnectionReplies::charge_within_own`](crate::reply_budget::ConnectionReplies::charge_within_own)).
+    pub fn within_connection(in_flight: &InFlight, bytes: usize) -> Result<Self, ReplyRefused> {
+        in_flight.replies().charge_within_own(bytes)?;
+        Ok(Self {
+            in_flight: in_flight.clone(),
+            held: bytes,
+        })
+    }
+
     /// `bytes` charged to `in_flight`'s connection and listener whatever
     /// they hold: the answer of a call that changed state, always sent.
     pub fn anyway(in_flight: &InFlight, bytes: usize) -> Self {
@@ -184,13 +195,17 @@ pub struct ChargedAsSent<B> {
 enum Refusing {
     /// A repeatable read's answer: its first (nothing of it sent yet).
     First,
-    /// A configuration subscription's stream: none. Its frames are
-    /// charged, so reads see what it holds, but never refused: dropping a
-    /// subscription loses its changes (Dapr's SDKs do not subscribe again)
-    /// and would let clients filling the budgets end other clients'
-    /// subscriptions, while its own queue and the slicing bound what it
-    /// holds.
-    Never,
+    /// A configuration subscription's stream: all but its first (Dapr's
+    /// carries the subscription's id: the subscription is made, as a call
+    /// that changed state is answered; Layotto's, its first change), and
+    /// only past its own connection's limit: a change refused ends the
+    /// stream with its reason, as a subscriber dropped for not reading
+    /// (the client holds as many bytes unread on its connection as it
+    /// may, unless the connection holds nothing). Other clients filling
+    /// the listener's budget never drop it (a lost change is not retried
+    /// as a refused read is), and a subscriber that stops reading is held
+    /// to its connection's bound even once its queue has dropped it.
+    AfterFirstWithinConnection,
 }
 
 impl<B> ChargedAsSent<B> {
@@ -200,10 +215,11 @@ impl<B> ChargedAsSent<B> {
     }
 
     /// A configuration subscription's stream `body`, charged to
-    /// `in_flight`'s connection and listener, never refused (see
-    /// [`Refusing::Never`]).
+    /// `in_flight`'s connection and listener, its changes refusable past
+    /// the connection's own limit (see
+    /// [`Refusing::AfterFirstWithinConnection`]).
     pub fn subscription(body: B, in_flight: InFlight) -> Self {
-        Self::refusing(body, in_flight, Refusing::Never)
+        Self::refusing(body, in_flight, Refusing::AfterFirstWithinConnection)
     }
 
     fn refusing(body: B, in_flight: InFlight, refusing: Refusing) -> Self {
@@ -222,22 +238,27 @@ impl<B> ChargedAsSent<B> {
     /// [`Refusing`] says may be.
     fn charge(&mut self, bytes: usize) -> Result<ReplyCharge, ReplyRefused> {
         let first = !std::mem::replace(&mut self.begun, true);
-        let refusable = match self.refusing {
-            Refusing::First => first,
-            Refusing::Never => false,
-        };
-        if refusable {
-            ReplyCharge::take(&self.in_flight, bytes)
-        } else {
-            Ok(ReplyCharge::anyway(&self.in_flight, bytes))
+        match self.refusing {
+            Refusing::First if first => ReplyCharge::take(&self.in_flight, bytes),
+            Refusing::AfterFirstWithinConnection if !first => {
+                ReplyCharge::within_connection(&self.in_flight, bytes)
+            }
+            _ => Ok(ReplyCharge::anyway(&self.in_flight, bytes)),
         }
     }
 }
 
 /// The trailers ending an answer refused for `refused`: its status and
-/// message as tonic writes them (the hot path's refusal's words).
-fn refusal_trailers(refused: ReplyRefused) -> HeaderMap {
-    let status = tonic::Status::resource_exhausted(refused.to_string());
+/// message as tonic writes them (the hot path's refusal's words; a
+/// subscription's say it is dropped).
+fn refusal_trailers(refused: ReplyRefused, refusing: Refusing) -> HeaderMap {
+    let message = match refusing {
+        Refusing::First => refused.to_string(),
+        Refusing::AfterFirstWithinConnection => {
+            format!("configuration subscription dropped, a change not sent: {refused}")
+        }
+    };
+    let status = tonic::Status::resource_exhausted(message);
     let mut trailers = status.into_http::<()>().into_parts().0.headers;
     trailers.remove(header::CONTENT_TYPE);
     trailers
@@ -275,7 +296,7 @@ where
                     }
                     Err(refused) => {
                         this.refused = true;
-                        let trailers = refusal_trailers(refused);
+                        let trailers = refusal_trailers(refused, this.refusing);
                         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
                     }
                 },

@@ -382,6 +382,15 @@ impl PubSubOps {
             });
         }
         self.check_entries(request_metadata, &entries)?;
+        // A topic the broker never takes is the request's fault, refused
+        // whole as a single publish is (not every entry failed).
+        self.broker
+            .check_topic(topic)
+            .map_err(|source| PubSubOpError::Publish {
+                pubsub: self.name.clone(),
+                topic: topic.to_string(),
+                source: self.scrubbed(source),
+            })?;
         Ok(self
             .publish_entries(topic, request_metadata, entries, answer_by)
             .await)

@@ -233,6 +233,28 @@ async fn a_publish_to_a_topic_the_broker_never_takes_leaves_a_half_open_breaker_
         BreakerState::HalfOpen,
         "a refusal decided without the backend is no verdict on it"
     );
+    // A bulk publish to it is refused whole, as the single publish (before:
+    // 500 with every entry failed).
+    let entries = vec![("1".to_string(), event()), ("2".to_string(), event())];
+    let refused = ops
+        .bulk_publish_within(
+            "a||b",
+            &Default::default(),
+            entries,
+            std::time::Duration::from_secs(5),
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(super::PubSubOpError::Publish {
+                source: PubSubError::Invalid(_),
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(breaker_state(&runtime), BreakerState::HalfOpen);
     // The trial is still there for a real publish, which reaches the
     // (down) backend and opens the breaker again.
     let trial = ops.publish("orders", event()).await;
