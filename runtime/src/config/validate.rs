@@ -265,8 +265,9 @@ impl Checks<'_> {
 
     /// Checks what `spec` is on its own, unless it passed before: its key,
     /// type, metadata and injected fields; the componentRefs its type
-    /// refuses go to `refused`. Whether its targets are to be checked too
-    /// (not when its key is malformed).
+    /// refuses go to `refused` (not when its key is malformed: that is its
+    /// one problem). Whether its targets are to be checked too (not when
+    /// its key is malformed).
     fn check_alone(
         &self,
         spec: &ComponentSpec,
@@ -277,18 +278,19 @@ impl Checks<'_> {
             return true;
         }
         let descriptor = self.registry.get(spec.key.kind.as_str(), &spec.type_name);
-        let well_formed = match key_problem(&spec.key, &spec.key.name) {
+        match key_problem(&spec.key, &spec.key.name) {
+            // Its key is its one problem: one naming it whole (a refused
+            // ref's) would show a name too long whole.
             Some(problem) => {
                 problems.push(problem);
                 false
             }
             None => {
                 check_component(spec, descriptor, self.registry, problems);
+                refused.extend(refused_refs(spec, descriptor));
                 true
             }
-        };
-        refused.extend(refused_refs(spec, descriptor));
-        well_formed
+        }
     }
 }
 
@@ -544,6 +546,19 @@ fn metadata_message(spec: &crate::config::ComponentSpec, err: &MetadataError) ->
 /// checks names as it reads them; this catches what reaches validation
 /// another way (a push), and what the loader lets through.
 fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
+    // First: every later problem shows the name whole, which may be
+    // megabytes (with a newline or a `/` in it).
+    if name.len() > MAX_NAME_BYTES {
+        // Only a cut of the name is shown. A file-level problem: its
+        // component's key would be shown whole (its control characters
+        // escaped by the problem's display).
+        return Some(Problem::file(format!(
+            "{}/{}: name: a component name must be at most {MAX_NAME_BYTES} bytes (as a Kubernetes object's), not {}",
+            cut(key.kind.as_str()),
+            cut(name),
+            name.len()
+        )));
+    }
     if key
         .kind
         .as_str()
@@ -569,15 +584,6 @@ fn key_problem(key: &ComponentKey, name: &str) -> Option<Problem> {
             key,
             "a component name must be non-empty and contain no `/`",
         ));
-    }
-    if name.len() > MAX_NAME_BYTES {
-        // Only a cut of the name is shown: it may be megabytes.
-        return Some(Problem::file(format!(
-            "{}/{}: name: a component name must be at most {MAX_NAME_BYTES} bytes (as a Kubernetes object's), not {}",
-            cut(key.kind.as_str()),
-            cut(name),
-            name.len()
-        )));
     }
     None
 }

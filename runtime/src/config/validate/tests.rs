@@ -701,3 +701,48 @@ fn a_component_name_longer_than_a_kubernetes_name_is_refused_showing_a_cut() {
         found[0]
     );
 }
+
+/// A name too long is told cut, whatever else is wrong with it (a `/`, a
+/// newline): the length is checked first. Before: the `/` or control
+/// character check came first and showed a megabyte name whole.
+#[test]
+fn a_name_too_long_is_shown_cut_whatever_else_is_wrong_with_it() {
+    for name in ["x/".repeat(1 << 19), "a\n".repeat(1 << 19)] {
+        let key = ComponentKey::new("state", &name);
+        let problem = key_problem(&key, &name).expect("refused");
+        let shown = problem.to_string();
+        assert!(shown.len() < 300, "{} bytes", shown.len());
+        assert!(
+            shown.contains("name: a component name must be at most 253 bytes"),
+            "{shown}"
+        );
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+    }
+}
+
+/// A component whose name is too long has that one problem: not a
+/// refused componentRef as well, which names the component whole.
+/// Before: the refused ref's problem showed the 2 KiB name.
+#[test]
+fn a_name_too_long_is_the_components_one_problem() {
+    let mut registry = registry();
+    registry.register(
+        Registry::collected()
+            .get("cache", "named_probe")
+            .copied()
+            .unwrap_or_else(|| panic!("the derive registers cache/named_probe")),
+    );
+    let name = "n".repeat(2048);
+    let text = format!(
+        r#"{{"components": {{"state": {{"d": {{"type": "memory"}}}},
+        "cache": {{"{name}": {{"type": "named_probe", "componentRef": [
+            {{"type": "state", "name": "d"}}]}}}}}}}}"#
+    );
+    let config = parse(text.as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    let found: Vec<String> = match validate(config, &registry) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.iter().map(ToString::to_string).collect(),
+    };
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].len() < 300, "{}", found[0]);
+}
