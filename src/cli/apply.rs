@@ -88,10 +88,12 @@ pub const EXIT_UNKNOWN: u8 = 4;
 pub const EXIT_BUSY: u8 = 5;
 
 /// Exit status of a push the sidecar applied (a new generation) in which
-/// the pushed component's update failed after the commit (a staged
-/// in-place update that panicked when applied): it runs as before, or with
-/// part of the new configuration, so the push is not wholly in force. Not
-/// 0: a script must not take the new configuration for in force.
+/// an update failed after the commit (a staged in-place update that
+/// panicked when applied, of the pushed component or of a dependent the
+/// push re-resolved; or the reload panicked after its commit): that
+/// component runs as before, or with part of the new configuration, so
+/// the push is not wholly in force. Not 0: a script must not take the new
+/// configuration for in force.
 pub const EXIT_UPDATE_FAILED: u8 = 6;
 
 /// Sends the component's configuration (or its release); exits 1 on a
@@ -100,7 +102,7 @@ pub const EXIT_UPDATE_FAILED: u8 = 6;
 /// came to a request sent or a status that does not say whether it was
 /// processed, [`EXIT_BUSY`] when the sidecar's backlog of
 /// pushes was full, and [`EXIT_UPDATE_FAILED`] when it was applied but
-/// the component's update failed after the commit.
+/// an update failed after the commit.
 pub async fn apply_command(args: ApplyArgs) -> ExitCode {
     if let Some(error) = repeated_field(&args.metadata) {
         eprintln!("error: {error}");
@@ -434,8 +436,8 @@ fn with_token<T>(mut request: Request<T>, token: &Option<Token>) -> Request<T> {
 enum Answered {
     /// Applied (or nothing to change).
     Done,
-    /// Applied, but the pushed component's update failed after the commit
-    /// (its action `failed`).
+    /// Applied, but an update failed after the commit (see
+    /// [`update_failed`]).
     UpdateFailed,
     /// Still waiting behind other reloads: it will be applied or rejected.
     Queued,
@@ -444,10 +446,9 @@ enum Answered {
 }
 
 impl Answered {
-    /// The answer to the push of `key` (`kind/name`).
-    fn of(key: &str, answer: &ApplyConfigurationResponse) -> Self {
+    fn of(answer: &ApplyConfigurationResponse) -> Self {
         match (answer.accepted, answer.outcome.as_str()) {
-            (true, _) if update_failed(key, answer) => Answered::UpdateFailed,
+            (true, _) if update_failed(answer) => Answered::UpdateFailed,
             (true, _) => Answered::Done,
             (false, "queued") => Answered::Queued,
             (false, _) => Answered::Refused,
@@ -464,32 +465,34 @@ impl Answered {
     }
 }
 
-/// Whether an ACK says the update of the component pushed, `key`
-/// (`kind/name`, its kind in any spelling), failed after the commit: its
-/// action is `failed`. What the reload did to other components (a marked
-/// one's best-effort retry that failed, which an older sidecar noted in
-/// the ACK's errors) does not make the push less in force.
-fn update_failed(key: &str, answer: &ApplyConfigurationResponse) -> bool {
-    // The ACK spells the kind as the sidecar does (`pubsub`, not `pub_subs`).
-    let key = match key.rsplit_once('/') {
-        Some((kind, name)) => rewire_runtime::ComponentKey::new(kind, name).to_string(),
-        None => key.to_string(),
-    };
-    answer
+/// Whether an ACK says an update failed after the commit: an action
+/// `failed` (the pushed component's, or a dependent's the push
+/// re-resolved: its staged update panicked when applied), or an error
+/// that is not a note about a component that did not fail (the reload
+/// panicked after its commit). A note about a marked component whose
+/// best-effort retry failed (kept as it runs, `unchanged`), which an
+/// older sidecar sent in the ACK's errors, does not make the push less in
+/// force (see `ReloadRecord::failure_lines_among`).
+fn update_failed(answer: &ApplyConfigurationResponse) -> bool {
+    let acted: Vec<(&str, bool)> = answer
         .actions
-        .get(&key)
-        .is_some_and(|action| action == "failed")
+        .iter()
+        .map(|(key, action)| (key.as_str(), action == "failed"))
+        .collect();
+    let errors = answer.errors.iter().map(String::as_str);
+    acted.iter().any(|(_, failed)| *failed)
+        || !rewire_runtime::ReloadRecord::failure_lines_among(errors, &acted).is_empty()
 }
 
 /// Prints the sidecar's answer about `key`; exits 1 on a rejection,
 /// [`EXIT_QUEUED`] when the push is queued, [`EXIT_UPDATE_FAILED`] when
-/// its update failed after the commit.
+/// an update failed after the commit.
 /// Whatever the sidecar says (reasons, names, outcomes) is shown with its
 /// control characters escaped.
 fn print_answer(key: &str, answer: ApplyConfigurationResponse) -> ExitCode {
     use super::remote::one_line;
     use std::fmt::Write as _;
-    let answered = Answered::of(key, &answer);
+    let answered = Answered::of(&answer);
     let code = ExitCode::from(answered.exit_code());
     let mut out = String::new();
     if answered == Answered::Queued {
@@ -731,7 +734,7 @@ mod tests {
             (false, "queued", EXIT_QUEUED),
         ] {
             assert_eq!(
-                Answered::of("state/orders", &answer(accepted, outcome)).exit_code(),
+                Answered::of(&answer(accepted, outcome)).exit_code(),
                 code,
                 "{outcome}"
             );
@@ -745,46 +748,62 @@ mod tests {
             errors: vec!["state/orders: update panicked".into()],
             ..answer(true, "applied")
         };
-        assert_eq!(
-            Answered::of("state/orders", &failed),
-            Answered::UpdateFailed
-        );
-        assert_eq!(
-            Answered::of("state/orders", &failed).exit_code(),
-            EXIT_UPDATE_FAILED
-        );
-        let pubsub = ApplyConfigurationResponse {
-            actions: [("pubsub/events".to_string(), "failed".to_string())].into(),
-            ..answer(true, "applied")
-        };
-        assert_eq!(
-            Answered::of("pub_subs/events", &pubsub),
-            Answered::UpdateFailed
-        );
+        assert_eq!(Answered::of(&failed), Answered::UpdateFailed);
+        assert_eq!(Answered::of(&failed).exit_code(), EXIT_UPDATE_FAILED);
         let clean = ApplyConfigurationResponse {
             actions: [("state/orders".to_string(), "updated_in_place".to_string())].into(),
             ..answer(true, "applied")
         };
-        assert_eq!(Answered::of("state/orders", &clean), Answered::Done);
+        assert_eq!(Answered::of(&clean), Answered::Done);
     }
 
-    /// A push applied whole exits 0, whatever the reload did to another
-    /// component: a note in `errors` about a marked one whose retry failed
-    /// (as an older sidecar sends it), or another's `failed` action.
-    /// Before: exit 6, "update failed after the commit", for a push in
-    /// force.
+    /// A dependent's update the push caused failed (its staged update
+    /// panicked), or the reload panicked after its commit (a line naming
+    /// no component): exit 6. Before (ac67227): exit 0, only the pushed
+    /// component's action judged.
     #[test]
-    fn another_components_failure_does_not_fail_the_push() {
-        let noted = ApplyConfigurationResponse {
-            errors: vec!["state/x: init failed: down; it is not as declared".into()],
+    fn any_update_failed_after_the_commit_fails_the_push() {
+        let dependent = ApplyConfigurationResponse {
+            errors: vec!["state/x: staged in-place update panicked when applied: boom".into()],
             actions: [
-                ("state/orders".to_string(), "updated_in_place".to_string()),
+                (
+                    "secret_store/vault".to_string(),
+                    "updated_in_place".to_string(),
+                ),
                 ("state/x".to_string(), "failed".to_string()),
             ]
             .into(),
             ..answer(true, "applied")
         };
-        assert_eq!(Answered::of("state/orders", &noted), Answered::Done);
-        assert_eq!(Answered::of("state/orders", &noted).exit_code(), 0);
+        assert_eq!(Answered::of(&dependent).exit_code(), EXIT_UPDATE_FAILED);
+        let panicked = ApplyConfigurationResponse {
+            errors: vec!["the reload panicked after its commit: boom".into()],
+            actions: [("state/orders".to_string(), "updated_in_place".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of(&panicked).exit_code(), EXIT_UPDATE_FAILED);
+    }
+
+    /// A push applied whole exits 0, whatever note `errors` carries about
+    /// another component that did not fail (a marked one whose retry
+    /// failed, kept as it runs, `unchanged`: as an older sidecar sends
+    /// it). Before ac67227: exit 6, "update failed after the commit", for
+    /// a push in force.
+    #[test]
+    fn another_components_failure_does_not_fail_the_push() {
+        let noted = ApplyConfigurationResponse {
+            errors: vec![
+                "state/x: init failed: down; it is not as declared".into(),
+                "… and 2 more lines".into(),
+            ],
+            actions: [
+                ("state/orders".to_string(), "updated_in_place".to_string()),
+                ("state/x".to_string(), "unchanged".to_string()),
+            ]
+            .into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(Answered::of(&noted), Answered::Done);
+        assert_eq!(Answered::of(&noted).exit_code(), 0);
     }
 }

@@ -38,9 +38,12 @@ pub enum Action {
 /// removed. A component it did not act on is [`Action::Unchanged`].
 ///
 /// Reads like a map keyed by `kind/name`. It serializes as a map of the
-/// components the reload [acted on](Self::acted) only: the others are
-/// counted ([`Self::unlisted`]), not written out, so a record's size does
-/// not grow with the running set (a status shows 100 records).
+/// components the reload [changed](Self::listed) only (updated, rebuilt,
+/// added, removed, failed): the others, those it reached and found
+/// unchanged included, are counted ([`Self::unlisted`]), not written out,
+/// so a record's size does not grow with the running set (a status shows
+/// 100 records), nor with how many components a reload reaches (a store
+/// 4,000 components use).
 #[derive(Clone, Default)]
 pub struct Actions {
     acted: BTreeMap<ComponentKey, Action>,
@@ -91,10 +94,19 @@ impl Actions {
         self.acted.iter()
     }
 
-    /// The number of components serving after the reload that it did not
-    /// act on (each kept unchanged), which its serialized form leaves out.
+    /// Only the components the reload changed (its action is not
+    /// [`Action::Unchanged`]): what its serialized form lists.
+    pub fn listed(&self) -> impl Iterator<Item = (&ComponentKey, &Action)> {
+        self.acted
+            .iter()
+            .filter(|(_, action)| **action != Action::Unchanged)
+    }
+
+    /// The number of components it left unchanged (not acted on, or
+    /// reached and found as they were), which its serialized form
+    /// leaves out.
     pub fn unlisted(&self) -> usize {
-        self.len() - self.acted.len()
+        self.len() - self.listed().count()
     }
 
     /// The number of components concerned.
@@ -183,11 +195,11 @@ impl fmt::Debug for Actions {
     }
 }
 
-/// The components acted on, as a map by `kind/name` (see [`Actions`]).
+/// The components changed, as a map by `kind/name` (see [`Actions`]).
 impl Serialize for Actions {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.acted.len()))?;
-        for (key, action) in self.acted() {
+        let mut map = serializer.serialize_map(Some(self.listed().count()))?;
+        for (key, action) in self.listed() {
             map.serialize_entry(&key.to_string(), action)?;
         }
         map.end()
@@ -256,6 +268,31 @@ mod tests {
         assert_eq!(sample().unlisted(), 3);
         assert_eq!(Actions::default().unlisted(), 0);
         assert_eq!(format!("{:?}", Actions::default()), "{}");
+    }
+
+    /// A component the reload reached and found unchanged (a user of a
+    /// store pushed) is counted, not written out; in memory it is still
+    /// acted on. Before: each was written, so a push of a store 4,000
+    /// components use wrote 4,000 entries into its record.
+    #[test]
+    fn components_reached_and_found_unchanged_are_counted_not_written() {
+        let mut acted = BTreeMap::from([(key("state/hub"), Action::UpdatedInPlace)]);
+        let mut serving: OrdSet<ComponentKey> = [key("state/hub")].into_iter().collect();
+        for i in 0..4000 {
+            let user = key(&format!("custom/user-{i}"));
+            acted.insert(user.clone(), Action::Unchanged);
+            serving.insert(user);
+        }
+        serving.insert(key("custom/idle"));
+        let actions = Actions::new(acted, serving);
+        assert_eq!(
+            serde_json::to_value(&actions).unwrap(),
+            serde_json::json!({"state/hub": "updated_in_place"})
+        );
+        assert_eq!(actions.unlisted(), 4001);
+        assert_eq!(actions.acted().count(), 4001);
+        assert_eq!(actions.len(), 4002);
+        assert_eq!(actions.get("custom/user-7"), Some(&Action::Unchanged));
     }
 
     #[test]

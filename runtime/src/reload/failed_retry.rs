@@ -15,7 +15,22 @@ pub(super) struct FailedRetry {
 
 impl FailedRetry {
     /// The retry that failed with `failure`, of a component marked `mark`.
+    /// Kept on one line (its control characters escaped, `\n`): a line
+    /// of the record's error that begins with no component continues the
+    /// line before, so the note's second line would pass for a failure of
+    /// whatever the reload did next (see
+    /// [`ReloadRecord::failure_lines`](super::ReloadRecord::failure_lines)).
     pub(super) fn new(failure: String, mark: Mark) -> Self {
+        let failure = match failure.contains(char::is_control) {
+            true => failure
+                .chars()
+                .map(|c| match c.is_control() {
+                    true => c.escape_default().to_string(),
+                    false => c.to_string(),
+                })
+                .collect(),
+            false => failure,
+        };
         Self { failure, mark }
     }
 
@@ -35,5 +50,25 @@ impl FailedRetry {
         format!(
             "{failure}; it is not as declared (an earlier update of it failed and could not be put back) and this reload only retried it: it runs as before, and as the reload rolled back for another failure this retry is not counted; {retried}"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure of several lines makes a note of one. Before: its second
+    /// line began with no component, so the ACK of an unrelated push
+    /// carried it as an error.
+    #[test]
+    fn a_note_is_one_line() {
+        let retry = FailedRetry::new("custom/x: init failed: a\nb\r".into(), Mark::default());
+        for note in [retry.committed(), retry.rolled_back()] {
+            assert_eq!(note.lines().count(), 1, "{note}");
+            assert!(
+                note.starts_with("custom/x: init failed: a\\nb\\r; "),
+                "{note}"
+            );
+        }
     }
 }

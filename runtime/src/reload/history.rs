@@ -5,8 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::actions::Actions;
-use crate::component::ComponentKey;
+use super::actions::{Action, Actions};
 
 /// What started a reload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -58,8 +57,9 @@ pub enum Outcome {
 }
 
 /// One reload, as recorded. It serializes with its fields, `actions` as
-/// a map of only the components it acted on, and `unchanged`: how many
-/// other components it left serving as they were (see [`Actions`]).
+/// a map of only the components it changed, and `unchanged`: how many
+/// other components it left serving as they were, reached or not (see
+/// [`Actions`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReloadRecord {
     /// The generation serving after the reload.
@@ -87,33 +87,71 @@ pub struct ReloadRecord {
 }
 
 impl ReloadRecord {
-    /// The lines of `error` about `component`: those that begin with its
-    /// `kind/name: `, as each line about a component does (the reason its
-    /// update failed after the commit, or the note of a retry of it kept
-    /// as it runs), but not those of another component the reload acted on
-    /// whose `kind/name` begins so too (a name `a: b` beside `a`). A line
-    /// cut in its middle ([`Self::kept_error`]) keeps its beginning.
-    ///
-    /// For an answer about one component (a push's ACK): the record's
-    /// error may hold notes about others, which it must not pass off as
-    /// its own.
-    pub fn error_lines_about(&self, component: &ComponentKey) -> Vec<&str> {
+    /// The lines of `error` an answer about this reload (a push's ACK)
+    /// carries as its failures: every line but the notes about components
+    /// the reload acted on that did not fail (a marked component's
+    /// best-effort retry that failed, kept as it runs, recorded
+    /// `unchanged`), which stay in the record (status, logs). Kept: the
+    /// lines about a component that failed (its staged in-place update
+    /// panicked when applied), those that name no component acted on
+    /// (the reload panicked after its commit) and the lines that continue
+    /// a kept one (a multi-line panic message); see
+    /// [`Self::failure_lines_among`].
+    pub fn failure_lines(&self) -> Vec<&str> {
         let Some(error) = &self.error else {
             return Vec::new();
         };
-        let own = format!("{component}: ");
-        let others: Vec<String> = self
+        let acted: Vec<(String, bool)> = self
             .actions
             .acted()
-            .map(|(key, _)| format!("{key}: "))
-            .filter(|other| other.len() > own.len() && other.starts_with(&own))
+            .map(|(key, action)| (key.to_string(), *action == Action::Failed))
             .collect();
-        error
-            .lines()
-            .filter(|line| line.starts_with(&own))
-            .filter(|line| !others.iter().any(|other| line.starts_with(other.as_str())))
-            .collect()
+        Self::failure_lines_among(error.lines(), &acted)
     }
+
+    /// Of `lines` (a reload's error, or an ACK's errors), those that are
+    /// not notes about a component that did not fail. `acted`: each
+    /// component the reload acted on (`kind/name`) and whether it failed.
+    /// A line is about the acted component whose `kind/name: ` it begins
+    /// with (the longest, so `a: b` is not taken for `a`); a line that
+    /// begins with none continues the line before it (a message's own
+    /// line break), and is dropped or kept with it; at the start, it is
+    /// kept (it names no component: the reload panicked after its
+    /// commit). `… and N more lines` after a dropped note is dropped too:
+    /// what it counts that failed has its action `failed`.
+    pub fn failure_lines_among<'a, K: AsRef<str>>(
+        lines: impl IntoIterator<Item = &'a str>,
+        acted: &[(K, bool)],
+    ) -> Vec<&'a str> {
+        let mut kept = Vec::new();
+        // Whether the line before was kept (none before: kept).
+        let mut keeping = true;
+        for line in lines {
+            if let Some(failed) = about(line, acted) {
+                keeping = failed;
+            }
+            if keeping {
+                kept.push(line);
+            }
+        }
+        kept
+    }
+}
+
+/// Whether the acted component `line` is about (see
+/// [`ReloadRecord::failure_lines_among`]) failed; `None` when it begins
+/// with no acted component's `kind/name: `.
+fn about<K: AsRef<str>>(line: &str, acted: &[(K, bool)]) -> Option<bool> {
+    acted
+        .iter()
+        .filter(|(key, _)| {
+            let key = key.as_ref();
+            line.len() > key.len() + 1
+                && line.starts_with(key)
+                && line[key.len()..].starts_with(": ")
+        })
+        .max_by_key(|(key, _)| key.as_ref().len())
+        .map(|(_, failed)| *failed)
 }
 
 impl Serialize for ReloadRecord {
@@ -183,8 +221,8 @@ impl History {
 
 #[cfg(test)]
 mod tests {
-    use super::super::actions::Action;
     use super::*;
+    use crate::component::ComponentKey;
 
     fn record(error: &str, acted: &[&str]) -> ReloadRecord {
         ReloadRecord {
@@ -202,34 +240,68 @@ mod tests {
         }
     }
 
-    /// Only the lines about the component itself: not those about
-    /// another, even one whose name begins with its name.
+    /// Every line but the notes about components that did not fail: a
+    /// failed one's lines (a continued one too), and a line naming no
+    /// component. Before (ac67227): only the pushed component's lines, so
+    /// a dependent's failure, a panic after the commit and a message's
+    /// second line were dropped from the ACK.
     #[test]
-    fn the_error_lines_about_a_component_are_its_own() {
-        let record = record(
+    fn the_failure_lines_are_all_but_the_notes_about_components_that_did_not_fail() {
+        let mut record = record(
             "state/x: init failed: down; it is not as declared\n\
-             state/y: staged in-place update panicked when applied: boom\n\
-             state/y: b: staged in-place update panicked when applied: bang\n\
-             state/yz: init failed",
-            &["x", "y", "y: b", "yz"],
+             second line of x's note\n\
+             state/y: staged in-place update panicked when applied: bad\n\
+             state; it may run with part of the new one\n\
+             state/y: b: init failed: kept as it runs\n\
+             … and 3 more lines",
+            &["x", "y", "y: b"],
         );
-        let y = ComponentKey::new("state", "y");
+        record.actions = [
+            ("x", Action::Unchanged),
+            ("y", Action::Failed),
+            ("y: b", Action::Unchanged),
+        ]
+        .into_iter()
+        .map(|(name, action)| (ComponentKey::new("state", name), action))
+        .collect();
         assert_eq!(
-            record.error_lines_about(&y),
-            ["state/y: staged in-place update panicked when applied: boom"]
+            record.failure_lines(),
+            [
+                "state/y: staged in-place update panicked when applied: bad",
+                "state; it may run with part of the new one",
+            ]
         );
-        let x = ComponentKey::new("state", "x");
-        assert_eq!(record.error_lines_about(&x).len(), 1);
-        let none = ComponentKey::new("state", "z");
-        assert!(record.error_lines_about(&none).is_empty());
+        let panicked = ReloadRecord {
+            error: Some("the reload panicked after its commit: boom\nat line 2".into()),
+            ..record.clone()
+        };
+        assert_eq!(
+            panicked.failure_lines(),
+            ["the reload panicked after its commit: boom", "at line 2"]
+        );
         let clean = ReloadRecord {
             error: None,
             ..record.clone()
         };
-        assert!(clean.error_lines_about(&y).is_empty());
+        assert!(clean.failure_lines().is_empty());
     }
 
-    /// Written with the components acted on and a count of the others.
+    /// Only notes: none is a failure, nor is what counts more of them.
+    #[test]
+    fn notes_alone_are_no_failure() {
+        let record = record(
+            "state/x: init failed: down\nstate/z: init failed: down\n… and 9 more lines",
+            &["x", "z"],
+        );
+        assert!(
+            record.failure_lines().is_empty(),
+            "{:?}",
+            record.failure_lines()
+        );
+    }
+
+    /// Written with the components changed and a count of the others
+    /// (those reached and found unchanged too).
     #[test]
     fn a_record_is_written_with_what_it_acted_on_and_a_count_of_the_rest() {
         let json = serde_json::to_value(record("e", &["x"])).unwrap();
@@ -237,7 +309,7 @@ mod tests {
             json,
             serde_json::json!({"generation": 2, "trigger": "api", "attempt": 0,
                                "outcome": "applied", "error": "e",
-                               "actions": {"state/x": "unchanged"}, "unchanged": 0,
+                               "actions": {}, "unchanged": 1,
                                "duration_ms": 1, "at_unix_ms": 1})
         );
     }

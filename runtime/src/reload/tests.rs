@@ -721,3 +721,60 @@ async fn reordered_component_refs_rebuild_the_component_with_its_fields_swapped(
     );
     assert_eq!(first().as_deref(), Some("state/b"), "the fail-over took");
 }
+
+/// `secret_store/vault` (type `fixed`, its `cert` the metadata's `value`,
+/// with a `round` besides) and `users` components (type `user`) injected
+/// its `cert`.
+fn hub_config(users: usize, round: u64) -> Config {
+    let mut custom = Map::new();
+    for i in 0..users {
+        let refs = serde_json::json!([
+            {"store": "vault", "name": "cert", "key": "cert", "injectAs": "cert"}
+        ]);
+        custom.insert(
+            format!("user-{i}"),
+            serde_json::json!({"type": "user", "secretRef": refs}),
+        );
+    }
+    let vault = serde_json::json!({"type": "fixed", "metadata": {"value": "v", "round": round}});
+    let text = serde_json::json!({"components": {
+        "secret_store": {"vault": vault},
+        "custom": custom,
+    }});
+    parse(text.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// A reload of a store many components use reaches each (their refs read
+/// again) and finds them unchanged: its written record counts them, it
+/// does not list them. Before: each was written `unchanged`, 300 entries
+/// a record (4,000 users made a record of ~1 MB).
+#[tokio::test]
+async fn a_record_counts_the_components_its_reload_reached_and_found_unchanged() {
+    const USERS: usize = 300;
+    let registry = secret_rotation::registry();
+    let redactor = crate::redact::Redactor::default();
+    let reloader = secret_rotation::reloader_of(hub_config(USERS, 0), registry, &redactor).await;
+    for round in 1..=3 {
+        let request = ReloadRequest::new(hub_config(USERS, round), Trigger::Api);
+        let record = reloader
+            .reload(request)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        // In memory, each user is still acted on: reached, unchanged.
+        assert_eq!(record.actions.acted().count(), USERS + 1, "round {round}");
+        assert_eq!(
+            record.actions.get("custom/user-7"),
+            Some(&Action::Unchanged)
+        );
+        let written = serde_json::to_value(&record).unwrap_or_default();
+        assert_eq!(
+            written["actions"],
+            serde_json::json!({"secret_store/vault": "rebuilt"}),
+            "{written}"
+        );
+        assert_eq!(written["unchanged"], serde_json::json!(USERS), "{written}");
+        let size = written.to_string().len();
+        assert!(size < 512, "a record of {size} bytes");
+    }
+    reloader.shutdown(None).await;
+}

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use rewire_runtime::ComponentKey;
+use rewire_runtime::ReloadRecord;
 use tonic::{Code, Request, Response, Status};
 
 use super::lifecycle::LifecycleApi;
@@ -59,11 +59,6 @@ impl Lifecycle for LayottoLifecycleApi {
                 metadata: config.metadata,
                 ..rewire_pb::ComponentConfig::default()
             });
-        // As its ACK names it (`kind/name`, the kind in rewire's spelling).
-        let pushed = component_config
-            .as_ref()
-            .map(|config| ComponentKey::new(&config.kind, &config.name).to_string())
-            .unwrap_or_default();
         let push = rewire_pb::DynamicConfiguration {
             component_config,
             based_on_generation: None,
@@ -75,7 +70,7 @@ impl Lifecycle for LayottoLifecycleApi {
                 "ApplyConfiguration",
                 Request::from_parts(metadata, extensions, push),
                 Declares::Fields,
-                |answer| match status_of(&answer, &pushed) {
+                |answer| match status_of(&answer) {
                     None => Ok(pb::ApplyConfigurationResponse {}),
                     Some(status) => Err(status),
                 },
@@ -109,23 +104,17 @@ fn required(config: &pb::ComponentConfig) -> Result<(), Status> {
     Ok(())
 }
 
-/// The gRPC error a refused push of `pushed` (`kind/name`) becomes:
-/// `INVALID_ARGUMENT` for a rejected one, `ABORTED` when it rolled back,
-/// `DEADLINE_EXCEEDED` when it is still queued (it will be applied);
-/// `INTERNAL` for one applied in which the pushed component's update
-/// failed after the commit (a staged in-place update that panicked: it
-/// runs as before, or with part of the push), with the reasons (scrubbed
-/// in the ACK): Layotto's answer has no field to say it, and an OK would
-/// tell its client the push is in force. `None` when it was taken whole,
-/// whatever the reload did to other components (a marked one's retry
-/// that failed is noted in the status, not the push's failure).
-fn status_of(answer: &rewire_pb::ApplyConfigurationResponse, pushed: &str) -> Option<Status> {
+/// The gRPC error a refused push becomes: `INVALID_ARGUMENT` for a
+/// rejected one, `ABORTED` when it rolled back, `DEADLINE_EXCEEDED` when it
+/// is still queued (it will be applied); `INTERNAL` for one applied in
+/// which an update failed after the commit ([`update_failed`]), with the
+/// reasons (scrubbed in the ACK): Layotto's answer has no field to say it,
+/// and an OK would tell its client the push is in force. `None` when it
+/// was taken whole, whatever notes the record keeps about components that
+/// did not fail (a marked one's retry that failed, kept as it runs).
+pub(super) fn status_of(answer: &rewire_pb::ApplyConfigurationResponse) -> Option<Status> {
     if answer.accepted {
-        let failed = answer
-            .actions
-            .get(pushed)
-            .is_some_and(|action| action == "failed");
-        if !failed {
+        if !update_failed(answer) {
             return None;
         }
         let reasons = answer.errors.join("\n");
@@ -148,6 +137,22 @@ fn status_of(answer: &rewire_pb::ApplyConfigurationResponse, pushed: &str) -> Op
             answer.outcome, answer.generation
         ),
     ))
+}
+
+/// Whether an ACK says an update failed after the commit: an action
+/// `failed` (the pushed component's, or a dependent's the push
+/// re-resolved: its staged update panicked when applied), or an error
+/// that is not a note about a component that did not fail (the reload
+/// panicked after its commit; see [`ReloadRecord::failure_lines_among`]).
+fn update_failed(answer: &rewire_pb::ApplyConfigurationResponse) -> bool {
+    let acted: Vec<(&str, bool)> = answer
+        .actions
+        .iter()
+        .map(|(key, action)| (key.as_str(), action == "failed"))
+        .collect();
+    acted.iter().any(|(_, failed)| *failed)
+        || !ReloadRecord::failure_lines_among(answer.errors.iter().map(String::as_str), &acted)
+            .is_empty()
 }
 
 #[cfg(test)]
@@ -221,8 +226,8 @@ mod tests {
             actions: [("state/a".to_string(), "updated_in_place".to_string())].into(),
             ..answer(true, "applied")
         };
-        assert!(status_of(&clean, "state/a").is_none());
-        let refused = |answer: &rewire_pb::ApplyConfigurationResponse| status_of(answer, "state/a");
+        assert!(status_of(&clean).is_none());
+        let refused = status_of;
         let rejected = refused(&answer(false, "rejected")).expect("an error");
         assert_eq!(rejected.code(), Code::InvalidArgument);
         assert!(rejected.message().contains("unknown type x"));
@@ -243,7 +248,7 @@ mod tests {
             actions: [("state/a".to_string(), "failed".to_string())].into(),
             ..answer(true, "applied")
         };
-        let with_reasons = status_of(&failed_with_reasons, "state/a").expect("an error");
+        let with_reasons = status_of(&failed_with_reasons).expect("an error");
         assert_eq!(with_reasons.code(), Code::Internal);
         let message = with_reasons.message();
         assert!(
@@ -257,17 +262,19 @@ mod tests {
             actions: [("state/a".to_string(), "failed".to_string())].into(),
             ..answer(true, "applied")
         };
-        let failed = status_of(&failed_action, "state/a").expect("an error");
+        let failed = status_of(&failed_action).expect("an error");
         assert_eq!(failed.code(), Code::Internal);
     }
 
-    /// A push applied whole is OK, whatever the reload did to another
-    /// component (a marked one whose best-effort retry failed, or whose
-    /// staged update panicked). Before: `INTERNAL` ("not wholly in
-    /// force") for a push that was.
+    /// A push applied is an error when another component's update failed
+    /// after the commit (a dependent the push re-resolved, its staged
+    /// update panicked), or when the reload panicked after its commit (a
+    /// line naming no component). Before (ac67227): OK, only the pushed
+    /// component's action judged.
     #[test]
-    fn a_push_applied_whole_is_ok_whatever_befell_another_component() {
+    fn a_push_applied_is_an_error_when_any_update_failed_after_the_commit() {
         let other_failed = rewire_pb::ApplyConfigurationResponse {
+            errors: vec!["state/x: staged in-place update panicked when applied: boom".into()],
             actions: [
                 ("state/a".to_string(), "updated_in_place".to_string()),
                 ("state/x".to_string(), "failed".to_string()),
@@ -275,11 +282,28 @@ mod tests {
             .into(),
             ..answer(true, "applied")
         };
-        assert!(status_of(&other_failed, "state/a").is_none());
+        let status = status_of(&other_failed).expect("an error");
+        assert_eq!(status.code(), Code::Internal);
+        assert!(status.message().contains("state/x: staged"), "{status:?}");
+        let panicked = rewire_pb::ApplyConfigurationResponse {
+            errors: vec!["the reload panicked after its commit: boom".into()],
+            actions: [("state/a".to_string(), "updated_in_place".to_string())].into(),
+            ..answer(true, "applied")
+        };
+        assert_eq!(status_of(&panicked).map(|s| s.code()), Some(Code::Internal));
+    }
+
+    /// A push applied whole is OK, whatever note the record keeps about
+    /// another component that did not fail (a marked one whose
+    /// best-effort retry failed, kept as it runs, `unchanged`). Before
+    /// ac67227: `INTERNAL` ("not wholly in force") for a push that was.
+    #[test]
+    fn a_push_applied_whole_is_ok_whatever_befell_another_component() {
         let no_change = rewire_pb::ApplyConfigurationResponse {
             errors: vec!["state/x: init failed: down; it is not as declared".into()],
+            actions: [("state/x".to_string(), "unchanged".to_string())].into(),
             ..answer(true, "no_change")
         };
-        assert!(status_of(&no_change, "state/a").is_none());
+        assert!(status_of(&no_change).is_none());
     }
 }

@@ -203,7 +203,7 @@ async fn apply(
     let waited = wait.0.run(wait.1, admitted, reload).await?;
     // A component the push added is running now.
     label_if_running(&call, &key);
-    answer(&call, &key, waited)
+    answer(&call, waited)
 }
 
 /// `RemoveComponent`: removes the component, answering ACK or NACK.
@@ -216,14 +216,9 @@ async fn remove(
     label_if_running(&call, &key);
     let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
-    let removed = key.clone();
-    let reload = async move {
-        runtime
-            .remove_component(removed, req.based_on_generation)
-            .await
-    };
+    let reload = async move { runtime.remove_component(key, req.based_on_generation).await };
     let reload = caused_by_this_call(call.runtime().clone(), reload);
-    answer(&call, &key, wait.0.run(wait.1, admitted, reload).await?)
+    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// `ReleaseComponent`: lets go of a push, answering ACK or NACK.
@@ -236,14 +231,13 @@ async fn release(
     label_if_running(&call, &key);
     let admitted = wait.0.admit(req.encoded_len())?;
     let runtime = call.runtime().clone();
-    let released = key.clone();
     let reload = async move {
         runtime
-            .release_component(released, req.based_on_generation)
+            .release_component(key, req.based_on_generation)
             .await
     };
     let reload = caused_by_this_call(call.runtime().clone(), reload);
-    answer(&call, &key, wait.0.run(wait.1, admitted, reload).await?)
+    answer(&call, wait.0.run(wait.1, admitted, reload).await?)
 }
 
 /// The push's `reload`, run inside the call's own span (its `rewire.api`
@@ -309,14 +303,9 @@ fn key_of(kind: &str, name: &str) -> Result<ComponentKey, Status> {
 /// arrival.
 type Wait<'a> = (&'a PushQueue, &'a CallerClock);
 
-/// The answer to the reload of a push of `pushed`: ACK with the record,
-/// NACK with every reason, or `queued` when it had not finished when the
-/// answer was due.
-fn answer(
-    call: &Call,
-    pushed: &ComponentKey,
-    waited: Waited,
-) -> Result<pb::ApplyConfigurationResponse, Status> {
+/// The answer to a reload: ACK with the record, NACK with every reason,
+/// or `queued` when it had not finished when the answer was due.
+fn answer(call: &Call, waited: Waited) -> Result<pb::ApplyConfigurationResponse, Status> {
     let result = match waited {
         Waited::Done(result) => result,
         Waited::Queued { ahead, waited } => {
@@ -326,7 +315,7 @@ fn answer(
         }
     };
     match result {
-        Ok(record) => Ok(ack(&record, pushed, |line| call.runtime().redact(line))),
+        Ok(record) => Ok(ack(&record, |line| call.runtime().redact(line))),
         Err(ReloadError::Invalid(problems)) => Ok(nack(call, Outcome::Rejected, problems.iter())),
         Err(err @ ReloadError::Stale { .. }) => {
             Ok(nack(call, Outcome::Rejected, [err.to_string()]))
@@ -338,29 +327,33 @@ fn answer(
     }
 }
 
-/// An ACK of the push of `pushed`: the record's generation, outcome and
-/// the actions of the components the reload acted on (not every one
-/// serving: an answer does not grow with the running set), and, when the
-/// pushed component's update failed after the commit (a staged in-place
-/// update that panicked: it runs as before), the reason, one line each.
-/// The record's notes about other components (a marked component's
+/// An ACK: the record's generation, outcome and the actions of the
+/// components the reload changed (not every one serving, nor every one
+/// reached: an answer does not grow with the running set), and, when an
+/// update failed after the commit (a staged in-place update that
+/// panicked: that component runs as before, the pushed one or a dependent
+/// the push re-resolved; or the reload panicked after its commit), the
+/// reasons, one line each ([`ReloadRecord::failure_lines`]). The record's
+/// notes about components that did not fail (a marked component's
 /// best-effort retry that failed, kept as it runs) stay in the record
-/// (status, logs): the push is in force whole.
-fn ack(
-    record: &ReloadRecord,
-    pushed: &ComponentKey,
-    redact: impl Fn(&str) -> String,
-) -> pb::ApplyConfigurationResponse {
+/// (status, logs): they are not the push's failure.
+fn ack(record: &ReloadRecord, redact: impl Fn(&str) -> String) -> pb::ApplyConfigurationResponse {
     let mut lines: Vec<String> = record
-        .error_lines_about(pushed)
+        .failure_lines()
         .into_iter()
         .map(str::to_string)
         .collect();
-    let failed = record.actions.get(&pushed.to_string()) == Some(&Action::Failed);
-    if failed && lines.is_empty() {
+    let unsaid: Vec<String> = record
+        .actions
+        .listed()
+        .filter(|(_, action)| **action == Action::Failed)
+        .map(|(key, _)| format!("{key}: "))
+        .filter(|own| !lines.iter().any(|line| line.starts_with(own.as_str())))
+        .collect();
+    for own in unsaid {
         // Its reason is past the lines the record keeps.
         lines.push(format!(
-            "{pushed}: its update failed after the commit: it runs as before (the reload's record in the status says why)"
+            "{own}its update failed after the commit: it runs as before (the reload's record in the status says why)"
         ));
     }
     pb::ApplyConfigurationResponse {
@@ -370,7 +363,7 @@ fn ack(
         outcome: snake_case(&record.outcome),
         actions: record
             .actions
-            .acted()
+            .listed()
             .map(|(component, action)| (component.to_string(), snake_case(action)))
             .collect(),
     }
@@ -437,6 +430,9 @@ fn snake_case<T: serde::Serialize>(value: &T) -> String {
 mod bounds_tests;
 
 #[cfg(test)]
+mod dependent_failure_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use rewire_runtime::Action;
@@ -468,14 +464,14 @@ mod tests {
 
     #[test]
     fn an_applied_reload_whose_update_failed_after_the_commit_says_why() {
-        let clean = ack(&applied(None, &[]), &key("s"), str::to_string);
+        let clean = ack(&applied(None, &[]), str::to_string);
         assert!(clean.accepted && clean.errors.is_empty(), "{clean:?}");
 
         let record = applied(
             Some("custom/s: staged update panicked: hunter2\ncustom/s: second"),
             &[("s", Action::Failed)],
         );
-        let answer = ack(&record, &key("s"), |line| line.replace("hunter2", "***"));
+        let answer = ack(&record, |line| line.replace("hunter2", "***"));
         assert!(answer.accepted);
         assert_eq!(answer.outcome, "applied");
         assert_eq!(
@@ -487,11 +483,7 @@ mod tests {
             Some("failed")
         );
         // Its reason cut from the record: the ACK still says it failed.
-        let unsaid = ack(
-            &applied(None, &[("s", Action::Failed)]),
-            &key("s"),
-            str::to_string,
-        );
+        let unsaid = ack(&applied(None, &[("s", Action::Failed)]), str::to_string);
         assert_eq!(unsaid.errors.len(), 1, "{unsaid:?}");
         assert!(unsaid.errors[0].starts_with("custom/s: its update failed after the commit"));
     }
@@ -510,9 +502,75 @@ mod tests {
             Some(note),
             &[("x", Action::Unchanged), ("y", Action::UpdatedInPlace)],
         );
-        let answer = ack(&record, &key("y"), str::to_string);
+        let answer = ack(&record, str::to_string);
         assert!(answer.accepted && answer.errors.is_empty(), "{answer:?}");
         assert_eq!(record.error.as_deref(), Some(note));
+        // Nor is what counts more of them.
+        let more = applied(
+            Some(&format!("{note}\n… and 4 more lines")),
+            &[("x", Action::Unchanged), ("y", Action::UpdatedInPlace)],
+        );
+        let answer = ack(&more, str::to_string);
+        assert!(answer.errors.is_empty(), "{answer:?}");
+        // Reached and found unchanged: counted in the record, not listed.
+        assert_eq!(
+            answer.actions,
+            HashMap::from([("custom/y".to_string(), "updated_in_place".to_string())])
+        );
+    }
+
+    /// A dependent's update the push caused (re-resolved from the pushed
+    /// store, its staged update panicked when applied) fails the ACK too,
+    /// with its reason. Before (ac67227): only the pushed component's
+    /// lines were kept, so the ACK was clean and Layotto answered OK.
+    #[test]
+    fn a_dependents_failure_caused_by_the_push_is_in_the_ack() {
+        let line = "custom/orders: staged in-place update panicked when applied: boom; \
+                    its previous metadata was re-applied";
+        let record = applied(
+            Some(line),
+            &[
+                ("vault", Action::UpdatedInPlace),
+                ("orders", Action::Failed),
+            ],
+        );
+        let answer = ack(&record, str::to_string);
+        assert_eq!(answer.errors, [line]);
+        assert_eq!(
+            answer.actions.get("custom/orders").map(String::as_str),
+            Some("failed")
+        );
+    }
+
+    /// A reload that panicked after its commit names no component: its
+    /// line is the ACK's error. Before (ac67227): dropped, a clean ACK.
+    #[test]
+    fn a_panic_after_the_commit_is_in_the_ack() {
+        let record = applied(
+            Some("the reload panicked after its commit: boom"),
+            &[("s", Action::UpdatedInPlace)],
+        );
+        let answer = ack(&record, str::to_string);
+        assert_eq!(
+            answer.errors,
+            ["the reload panicked after its commit: boom"]
+        );
+    }
+
+    /// A panic message of several lines keeps them all, what the put-back
+    /// did included. Before (ac67227): only its first line.
+    #[test]
+    fn a_multi_line_reason_is_kept_whole() {
+        let record = applied(
+            Some(
+                "custom/s: staged in-place update panicked when applied: a\n\
+                 b; re-applying its previous metadata failed too: it may run with part of the new one",
+            ),
+            &[("s", Action::Failed)],
+        );
+        let answer = ack(&record, str::to_string);
+        assert_eq!(answer.errors.len(), 2, "{answer:?}");
+        assert!(answer.errors[1].contains("it may run with part of the new one"));
     }
 
     #[test]

@@ -47,7 +47,7 @@ struct Idle {}
 impl Component for Idle {}
 
 /// The Lifecycle API over a runtime of the components collected here.
-async fn api() -> (LifecycleApi, ApiState) {
+pub(super) async fn api() -> (LifecycleApi, ApiState) {
     let registry = Registry::collected();
     let config = validate(Default::default(), &registry).unwrap_or_else(|p| panic!("{p}"));
     let runtime = Runtime::start(config, registry, RuntimeOptions::default())
@@ -63,7 +63,7 @@ async fn api() -> (LifecycleApi, ApiState) {
     )
 }
 
-fn push(config: pb::ComponentConfig, within: &str) -> Request<pb::DynamicConfiguration> {
+pub(super) fn push(config: pb::ComponentConfig, within: &str) -> Request<pb::DynamicConfiguration> {
     let mut request = Request::new(pb::DynamicConfiguration {
         component_config: Some(config),
         based_on_generation: None,
@@ -73,7 +73,7 @@ fn push(config: pb::ComponentConfig, within: &str) -> Request<pb::DynamicConfigu
     request
 }
 
-fn component(kind: &str, name: &str, type_name: &str) -> pb::ComponentConfig {
+pub(super) fn component(kind: &str, name: &str, type_name: &str) -> pb::ComponentConfig {
     pb::ComponentConfig {
         kind: kind.into(),
         name: name.into(),
