@@ -232,14 +232,18 @@ impl StateOps<'_> {
     /// several at once: Dapr's `parallelism` counts gets (zero or less:
     /// daprd's default of 100; at most 256), so `parallelism` gets at once
     /// with `metadata`, else `ceil(parallelism / 16)` chunks (at least 1).
-    /// A further chunk starts only while the answer held plus the chunks in
-    /// flight, each counted as the largest answered so far, fits the budget
-    /// (large values are read one chunk at a time). The first chunk failing
-    /// as a whole or past the budget ends the read; the chunks then in
-    /// flight are let finish, their answers dropped. So a bulk of more than
-    /// one chunk is not one snapshot: each chunk is read as the store
-    /// reads a bulk (one snapshot on the built-in stores), but a
-    /// transaction may land between two chunks. (The `bulk` module.)
+    /// A further chunk starts only while the answer held plus the keys in
+    /// flight, each counted as the largest item answered so far but at
+    /// least 64 KiB, fits the budget (at most `limit / 64 KiB` keys in
+    /// flight; large values are read one chunk at a time). The first chunk
+    /// failing as a whole answers its error at once, the chunks in flight
+    /// dropped; past the budget, the answers held are freed and the chunks
+    /// in flight let finish, their answers dropped. A chunk a half-open
+    /// breaker refuses while others are in flight is started again once
+    /// one of them finishes. So a bulk of more than one chunk is not one
+    /// snapshot: each chunk is read as the store reads a bulk (one snapshot
+    /// on the built-in stores), but a transaction may land between two
+    /// chunks. (The `bulk` module.)
     pub async fn bulk_get(
         &self,
         keys: Vec<String>,

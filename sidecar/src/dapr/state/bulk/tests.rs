@@ -1,6 +1,8 @@
-//! Bulk get pacing: chunks at once within `parallelism` and the budget,
-//! the first alone (a half-open breaker's trial), the chunks in flight
-//! let finish when the read ends early, `parallelism` counting gets.
+//! Bulk get pacing: chunks at once within `parallelism` and the budget
+//! (each key in flight counted as at least 64 KiB), the first alone (a
+//! half-open breaker's trial), the chunks in flight let finish when the
+//! budget ends the read but dropped when a chunk fails, chunks a
+//! half-open breaker refuses started again, `parallelism` counting gets.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -20,7 +22,8 @@ use crate::dapr::{Call, StateOpError, StoreLabel};
 
 /// Bulk reads of a [`SlowBulk`] running now, the most at once, and how
 /// many were asked for: one set per test, picked by the keys' first
-/// letter (`k`: small values, `m`: 64 KiB values).
+/// letter (`k`: small values, `m`: 64 KiB values, `z`: missing keys and
+/// `n`: 64 KiB values).
 struct Counters {
     running: AtomicUsize,
     most: AtomicUsize,
@@ -37,12 +40,18 @@ static LARGE: Counters = Counters {
     most: AtomicUsize::new(0),
     asked: AtomicUsize::new(0),
 };
+static MISSING_FIRST: Counters = Counters {
+    running: AtomicUsize::new(0),
+    most: AtomicUsize::new(0),
+    asked: AtomicUsize::new(0),
+};
 
 /// The counters of the test reading `key`.
 fn counters_of(key: &str) -> &'static Counters {
-    match key.starts_with('m') {
-        true => &LARGE,
-        false => &SMALL,
+    match key.chars().next() {
+        Some('m') => &LARGE,
+        Some('z' | 'n') => &MISSING_FIRST,
+        _ => &SMALL,
     }
 }
 
@@ -88,11 +97,12 @@ impl StateStore for SlowBulk {
     }
 }
 
-/// Each of `keys` with its value.
+/// Each of `keys` with its value (none for a key starting with `z`, as
+/// a store answers a missing key).
 fn answer(keys: Vec<String>) -> Vec<BulkGetItem> {
     keys.into_iter()
         .map(|key| BulkGetItem {
-            entry: Some(value_of(&key)),
+            entry: (!key.starts_with('z')).then(|| value_of(&key)),
             key,
             error: None,
         })
@@ -100,12 +110,13 @@ fn answer(keys: Vec<String>) -> Vec<BulkGetItem> {
 }
 
 /// The value of `key`: its name, padded to 1 KiB (64 KiB for a key
-/// starting with `m` or `b`).
+/// starting with `m` or `n`, 1 MiB for one starting with `g`).
 fn value_of(key: &str) -> StateEntry {
     let mut data = key.as_bytes().to_vec();
-    let size = match key.starts_with('m') || key.starts_with('b') {
-        true => 64 * 1024,
-        false => 1024,
+    let size = match key.chars().next() {
+        Some('m' | 'n') => 64 * 1024,
+        Some('g') => 1024 * 1024,
+        _ => 1024,
     };
     data.resize(size, b' ');
     StateEntry {
@@ -221,7 +232,9 @@ fn parallelism_counts_gets() {
 /// 16), not one after another (failed before ffb7abd: one chunk at a
 /// time, so 1,000 keys on a backend taking 1 s a call took 63 s, past the
 /// request timeout); chunks coming back out of order still answer in the
-/// order asked, a repeated key read once and answered at each place.
+/// order asked, a repeated key read once and answered at each place. (A
+/// budget of 32 MiB has room for 16 chunks in flight, each key counted as
+/// 64 KiB at least.)
 #[tokio::test(start_paused = true)]
 async fn bulk_get_reads_its_chunks_at_once_up_to_the_parallelism() {
     let runtime = runtime("slow", "test.dapr.slow_bulk", None).await;
@@ -230,7 +243,7 @@ async fn bulk_get_reads_its_chunks_at_once_up_to_the_parallelism() {
     asked.insert(5, "k300".into());
     asked.push("k000".into());
     for (parallelism, expected) in [(0, 7), (-1, 7), (3, 1), (48, 3), (1_000, 16)] {
-        let (answer, most, calls) = bulk(&runtime, asked.clone(), parallelism, 1 << 20).await;
+        let (answer, most, calls) = bulk(&runtime, asked.clone(), parallelism, 32 << 20).await;
         assert_eq!((most, calls), (expected, 20), "parallelism {parallelism}");
         let answer = answer.unwrap_or_else(|e| panic!("{e}"));
         let answered: Vec<&str> = answer.iter().map(|item| item.key.as_str()).collect();
@@ -276,11 +289,23 @@ async fn a_bulk_of_large_values_reads_within_what_the_budget_has_room_for() {
     runtime.shutdown().await;
 }
 
-/// Whether the [`Flaky`] store fails now.
+/// Whether the [`Flaky`] store fails now: one flag per test, picked by
+/// the keys' first letter (`k`, `p`, `q`).
 static FLAKY_DOWN: AtomicBool = AtomicBool::new(false);
+static FLAKY_DOWN_P: AtomicBool = AtomicBool::new(false);
+static FLAKY_DOWN_Q: AtomicBool = AtomicBool::new(false);
 
-/// A state store answering every bulk read after 10 ms, failing while
-/// [`FLAKY_DOWN`] is set.
+/// The flag of the test reading `key`.
+fn down_flag(key: &str) -> &'static AtomicBool {
+    match key.chars().next() {
+        Some('p') => &FLAKY_DOWN_P,
+        Some('q') => &FLAKY_DOWN_Q,
+        _ => &FLAKY_DOWN,
+    }
+}
+
+/// A state store answering every read (bulk or single) after 10 ms,
+/// failing while its keys' flag ([`down_flag`]) is set.
 #[derive(rewire_runtime::Component, Default)]
 #[component(kind = "state", type = "test.dapr.flaky_bulk")]
 struct Flaky {}
@@ -291,7 +316,11 @@ impl Component for Flaky {}
 #[async_trait]
 impl StateStore for Flaky {
     async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
-        Ok(Some(value_of(&req.key)))
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        match down_flag(&req.key).load(Ordering::SeqCst) {
+            true => Err(StateError::Backend("down".into())),
+            false => Ok(Some(value_of(&req.key))),
+        }
     }
 
     async fn set(&self, _: SetRequest) -> Result<(), StateError> {
@@ -304,7 +333,8 @@ impl StateStore for Flaky {
 
     async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        match FLAKY_DOWN.load(Ordering::SeqCst) {
+        let down = down_flag(keys.first().map_or("", String::as_str));
+        match down.load(Ordering::SeqCst) {
             true => Err(StateError::Backend("down".into())),
             false => Ok(answer(keys)),
         }
@@ -346,8 +376,8 @@ async fn a_bulk_on_a_half_open_breaker_answers_and_closes_it() {
 }
 
 /// A state store whose bulk read takes 6 s (a slow but healthy backend),
-/// but 5.5 s for a chunk of keys starting with `b`, whose values are of
-/// 64 KiB (1 KiB for the others).
+/// but 5.5 s for a chunk of keys starting with `g`, whose values are of
+/// 1 MiB (1 KiB for the others).
 #[derive(rewire_runtime::Component, Default)]
 #[component(kind = "state", type = "test.dapr.paced_bulk")]
 struct Paced {}
@@ -370,7 +400,7 @@ impl StateStore for Paced {
     }
 
     async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
-        let large = keys.first().is_some_and(|key| key.starts_with('b'));
+        let large = keys.first().is_some_and(|key| key.starts_with('g'));
         let took = match large {
             true => Duration::from_millis(5_500),
             false => Duration::from_secs(6),
@@ -392,13 +422,14 @@ async fn a_bulk_refused_for_its_size_leaves_a_healthy_stores_breaker_closed() {
         "trip": "consecutiveFailures >= 3", "timeout": "30s"
     });
     let runtime = runtime("paced", "test.dapr.paced_bulk", Some(breaker)).await;
-    // The first chunk small (about 16 KiB, so 7 more are read at once
-    // within 200 KiB), the second of 64 KiB values (1 MiB), then small.
+    // The first chunk small (about 16 KiB, so 7 more, each key counted as
+    // 64 KiB, are read at once within 8 MiB), the second of 1 MiB values
+    // (16 MiB), then small.
     let mut asked = keys('k', 16);
-    asked.extend(keys('b', 16));
+    asked.extend(keys('g', 16));
     asked.extend((16..304).map(|i| format!("k{i:03}")));
     assert_eq!(asked.len(), 320);
-    let answer = bulk_of(&runtime, "paced", asked, &HashMap::new(), 0, 200 * 1024).await;
+    let answer = bulk_of(&runtime, "paced", asked, &HashMap::new(), 0, 8 << 20).await;
     assert!(
         matches!(answer, Err(StateOpError::BulkTooLarge { .. })),
         "{answer:?}"
@@ -445,7 +476,8 @@ impl StateStore for CountingGets {
 
 /// With request metadata (each key its own get), `parallelism` bounds the
 /// gets at once, as daprd's limiter does (failed before: counted in
-/// chunks of 16 gets, so `parallelism: 1` ran 16 gets at once).
+/// chunks of 16 gets, so `parallelism: 1` ran 16 gets at once). (A budget
+/// of 16 MiB has room for 64 gets, each counted as 64 KiB at least.)
 #[tokio::test(start_paused = true)]
 async fn parallelism_bounds_the_gets_at_once_with_request_metadata() {
     let runtime = runtime("counting", "test.dapr.counting_gets", None).await;
@@ -458,7 +490,7 @@ async fn parallelism_bounds_the_gets_at_once_with_request_metadata() {
             keys('k', 64),
             &metadata,
             parallelism,
-            1 << 20,
+            16 << 20,
         )
         .await;
         let answer = answer.unwrap_or_else(|e| panic!("{e}"));
@@ -468,5 +500,178 @@ async fn parallelism_bounds_the_gets_at_once_with_request_metadata() {
         // at most 63 after the first).
         assert_eq!(most, expected.min(63), "parallelism {parallelism}");
     }
+    runtime.shutdown().await;
+}
+
+/// A first chunk of missing keys does not open the full parallelism for
+/// the large values after it: each key in flight is counted as the largest
+/// item so far, at least 64 KiB, so 64 KiB values in a budget of 4 MiB are
+/// read a few chunks at once (failed before: the first chunk's total,
+/// about 100 bytes, was the estimate, and 15 chunks started at once; with
+/// values of 8 MiB, 1.9 GiB read for a 4 MiB answer).
+#[tokio::test(start_paused = true)]
+async fn a_first_chunk_of_missing_keys_does_not_open_the_full_parallelism() {
+    let runtime = runtime("slow", "test.dapr.slow_bulk", None).await;
+    let mut asked = keys('z', 16);
+    asked.extend((16..320).map(|i| format!("n{i:03}")));
+    let (answer, most, calls) = bulk(&runtime, asked, 1_000, 4 << 20).await;
+    assert!(
+        matches!(answer, Err(StateOpError::BulkTooLarge { .. })),
+        "{answer:?}"
+    );
+    assert!(most <= 3, "{most} chunks of 1 MiB read at once");
+    assert!(
+        calls <= 5,
+        "{calls} chunks read for a limit of 4 MiB (the first of missing keys)"
+    );
+    runtime.shutdown().await;
+}
+
+/// Whether the hanging chunk of a [`FailingBulk`] started, and finished.
+static HANG_STARTED: AtomicBool = AtomicBool::new(false);
+static HANG_FINISHED: AtomicBool = AtomicBool::new(false);
+
+/// A state store whose bulk read of keys starting with `e` fails after
+/// 10 ms, of keys starting with `h` answers after 60 s (a master failing
+/// over), of the others at once.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "state", type = "test.dapr.failing_bulk")]
+struct FailingBulk {}
+
+#[async_trait]
+impl Component for FailingBulk {}
+
+#[async_trait]
+impl StateStore for FailingBulk {
+    async fn get(&self, req: GetRequest) -> Result<Option<StateEntry>, StateError> {
+        Ok(Some(value_of(&req.key)))
+    }
+
+    async fn set(&self, _: SetRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    async fn delete(&self, _: DeleteRequest) -> Result<(), StateError> {
+        Ok(())
+    }
+
+    async fn bulk_get(&self, keys: Vec<String>) -> Result<Vec<BulkGetItem>, StateError> {
+        match keys.first().and_then(|key| key.chars().next()) {
+            Some('e') => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Err(StateError::Backend("node refused".into()))
+            }
+            Some('h') => {
+                HANG_STARTED.store(true, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                HANG_FINISHED.store(true, Ordering::SeqCst);
+                Ok(answer(keys))
+            }
+            _ => Ok(answer(keys)),
+        }
+    }
+}
+
+/// A chunk failing as a whole answers the bulk's error at once, the
+/// chunks in flight dropped (failed since de2a42e: the bulk waited for a
+/// chunk hanging 60 s before answering, past the request's timeout, so
+/// the store's error became a 504 / `DEADLINE_EXCEEDED`).
+#[tokio::test(start_paused = true)]
+async fn a_failed_chunk_answers_at_once_without_waiting_for_those_in_flight() {
+    let runtime = runtime("failing", "test.dapr.failing_bulk", None).await;
+    let mut asked = keys('a', 16);
+    asked.extend((16..32).map(|i| format!("h{i:03}")));
+    asked.extend((32..48).map(|i| format!("e{i:03}")));
+    let none = HashMap::new();
+    let read = bulk_of(&runtime, "failing", asked, &none, 0, 4 << 20);
+    let answer = tokio::time::timeout(Duration::from_secs(120), read)
+        .await
+        .unwrap_or_else(|_| panic!("the bulk did not answer within 120 s"));
+    assert!(
+        matches!(answer, Err(StateOpError::BulkGet { .. })),
+        "{answer:?}"
+    );
+    assert!(HANG_STARTED.load(Ordering::SeqCst), "the hanging chunk ran");
+    assert!(
+        !HANG_FINISHED.load(Ordering::SeqCst),
+        "the bulk waited for the hanging chunk before answering"
+    );
+    runtime.shutdown().await;
+}
+
+/// A breaker with `maxRequests: 3`, open at once on a failure.
+fn breaker_of_three_trials() -> serde_json::Value {
+    serde_json::json!({
+        "trip": "consecutiveFailures >= 1", "timeout": "1s", "maxRequests": 3
+    })
+}
+
+/// With its breaker half-open and `maxRequests: 3`, a bulk of 5 chunks
+/// from a store that is up again answers and closes the breaker: the
+/// chunks refused for the trial places their siblings hold are started
+/// again once one of those finishes (failed before: the 4th and 5th chunks
+/// were refused and failed the bulk on a healthy store).
+#[tokio::test(start_paused = true)]
+async fn a_bulk_on_a_half_open_breaker_of_several_trials_answers_and_closes_it() {
+    let runtime = runtime(
+        "flaky",
+        "test.dapr.flaky_bulk",
+        Some(breaker_of_three_trials()),
+    )
+    .await;
+    let none = HashMap::new();
+    FLAKY_DOWN_P.store(true, Ordering::SeqCst);
+    let failed = bulk_of(&runtime, "flaky", keys('p', 1), &none, 0, 16 << 20).await;
+    assert!(
+        matches!(failed, Err(StateOpError::BulkGet { .. })),
+        "{failed:?}"
+    );
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Open);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::HalfOpen);
+
+    FLAKY_DOWN_P.store(false, Ordering::SeqCst);
+    for round in 0..2 {
+        let answer = bulk_of(&runtime, "flaky", keys('p', 80), &none, 0, 16 << 20).await;
+        let answer = answer.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(answer.len(), 80);
+        assert!(answer.iter().all(|item| item.entry.is_some()));
+        assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Closed);
+    }
+    runtime.shutdown().await;
+}
+
+/// The same with request metadata (each key its own get): the gets
+/// refused for the trial places are started again, not answered as
+/// "circuit breaker open" errors of their keys (failed before: 77 of 80
+/// keys were).
+#[tokio::test(start_paused = true)]
+async fn gets_of_a_bulk_on_a_half_open_breaker_of_several_trials_are_not_refused() {
+    let runtime = runtime(
+        "flaky",
+        "test.dapr.flaky_bulk",
+        Some(breaker_of_three_trials()),
+    )
+    .await;
+    let metadata = HashMap::from([("a".to_owned(), "b".to_owned())]);
+    FLAKY_DOWN_Q.store(true, Ordering::SeqCst);
+    let failed = bulk_of(&runtime, "flaky", keys('q', 1), &metadata, 0, 16 << 20).await;
+    let failed = failed.unwrap_or_else(|e| panic!("{e}"));
+    assert!(failed[0].error.is_some(), "{failed:?}");
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Open);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::HalfOpen);
+
+    FLAKY_DOWN_Q.store(false, Ordering::SeqCst);
+    let answer = bulk_of(&runtime, "flaky", keys('q', 80), &metadata, 0, 16 << 20).await;
+    let answer = answer.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.len(), 80);
+    let refused: Vec<&BulkGetItem> = answer.iter().filter(|i| i.entry.is_none()).collect();
+    assert!(
+        refused.is_empty(),
+        "{} keys refused: {refused:?}",
+        refused.len()
+    );
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Closed);
     runtime.shutdown().await;
 }
