@@ -324,28 +324,33 @@ impl Deliveries {
         for (id, subscription) in wanted {
             let feed = Feed::of(&subscription);
             let routes = Arc::new(subscription.routes.clone());
+            // A dead-letter topic its broker never takes (set by this
+            // reload, or the broker now serving refuses it) refuses the
+            // subscription, as at its start: what runs stops, and it is
+            // tried again at each reload. Asked before anything of the
+            // new settings applies: the subscription it replaces (its
+            // metadata changed) or takes over keeps its routes and its
+            // valid dead-letter topic until it is stopped, rather than
+            // dead-letter what it holds to the refused topic (each such
+            // event refused and handed back).
+            if let Err(refused) = TopicDelivery::check_dead_letter_topic(
+                &self.runtime,
+                &subscription.pubsub_name,
+                &subscription.topic,
+                subscription.dead_letter_topic.as_deref(),
+            ) {
+                let taken_over = taken.remove(&id).unwrap_or_default();
+                let booked = Starting {
+                    subscription,
+                    taken_over,
+                };
+                self.started(id, booked, Err(refused.to_string())).await;
+                continue;
+            }
             if let Some(running) = self.running.get(&id) {
                 if running.task.is_finished() {
                     tracing::warn!(subscription = %id, pubsub = %running.feed.pubsub_name, topic = %running.feed.topic, "App subscription's delivery ended; starting it again.");
                 } else if running.feed == feed {
-                    // A dead-letter topic its broker never takes (set by
-                    // this reload, or the broker now serving refuses it)
-                    // refuses the subscription, as at its start: what runs
-                    // stops, and it is tried again at each reload.
-                    if let Err(refused) = TopicDelivery::check_dead_letter_topic(
-                        &self.runtime,
-                        &subscription.pubsub_name,
-                        &subscription.topic,
-                        subscription.dead_letter_topic.as_deref(),
-                    ) {
-                        let taken_over = taken.remove(&id).unwrap_or_default();
-                        let booked = Starting {
-                            subscription,
-                            taken_over,
-                        };
-                        self.started(id, booked, Err(refused.to_string())).await;
-                        continue;
-                    }
                     if **running.routes.borrow() != *routes {
                         tracing::info!(subscription = %id, "App subscription's routes changed.");
                         running.routes.send_replace(routes);

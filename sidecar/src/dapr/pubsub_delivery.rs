@@ -288,9 +288,11 @@ impl TopicDelivery {
     /// broker's [`PubSubError::Invalid`], redacted and said to be of the
     /// dead-letter topic): running, every dead letter of it would be
     /// refused and its event handed back to the broker, delivered and
-    /// failed again for ever. Asked where a subscription starts, and of an
+    /// failed again for ever. Asked where a subscription starts, of an
     /// app's running subscription at each reload (which may change its
-    /// dead-letter topic, or its broker). `Ok` with none, or when the
+    /// dead-letter topic, or its broker) before anything of the reload
+    /// applies to it, and of a streamed one at each reload (whose broker
+    /// may change: its stream then ends `INVALID_ARGUMENT`). `Ok` with none, or when the
     /// pub/sub is not in the generation (its start says so).
     pub fn check_dead_letter_topic(
         runtime: &Runtime,

@@ -23,14 +23,21 @@
 //! timeout) while it has events out has its stream ended, `UNAVAILABLE`
 //! (the one code the Dapr SDKs resubscribe on), so a stuck client does
 //! not hold the topic while a live one subscribes again.
+//!
+//! A dead-letter topic the pub/sub's broker never takes (the redis
+//! pub/sub's holding `||`) is refused `INVALID_ARGUMENT` at the start,
+//! and ends the stream `INVALID_ARGUMENT` when a reload puts such a
+//! broker under the pub/sub's name ([`DeadLetterCheck`]): its events go
+//! back to the broker, rather than each dead letter be refused and its
+//! event delivered and failed again for ever.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rewire_runtime::{echoed, DeliveryOutcome};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use rewire_runtime::{echoed, DeliveryOutcome, Runtime};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_stream::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -196,10 +203,21 @@ pub(super) async fn subscribe(
             _listing: listing,
         }),
     ));
+    // Told of every generation published from here on, so none after the
+    // start's own check of the dead-letter topic is missed.
+    let dead_letter_check = dead_letter_topic
+        .clone()
+        .map(|dead_letter_topic| DeadLetterCheck {
+            runtime: state.runtime.clone(),
+            generations: state.runtime.generation_changes(),
+            pubsub_name: initial.pubsub_name.clone(),
+            topic: initial.topic.clone(),
+            dead_letter_topic,
+        });
     let delivery = TopicDelivery {
         pubsub_name: initial.pubsub_name,
         topic: initial.topic,
-        dead_letter_topic: tokio::sync::watch::channel(dead_letter_topic).1,
+        dead_letter_topic: watch::channel(dead_letter_topic).1,
         retire: crate::dapr::handover::Retire::never(),
         delivered: Default::default(),
     };
@@ -224,6 +242,9 @@ pub(super) async fn subscribe(
         Arc::clone(&sink),
         shutdown.clone(),
     ));
+    if let Some(check) = dead_letter_check {
+        tokio::spawn(check.end_when_refused(sink.end.clone()));
+    }
     let outgoing = EndableStream::new(outgoing, &sink.end);
     tokio::spawn(claim.release_when_ended());
     // The answers are read there, charged as the call's (`decoded`).
@@ -403,6 +424,53 @@ async fn end_when_delivery_ends(
          broker refused the subscription): subscribe again",
         sink.subscription
     )));
+}
+
+/// A streamed subscription's dead-letter topic, asked of its pub/sub's
+/// broker again at each reload: the delivery follows the broker a reload
+/// puts under the pub/sub's name (memory replaced by redis), which may
+/// never take that topic (redis: one holding `||`).
+struct DeadLetterCheck {
+    runtime: Runtime,
+    /// Told of each generation published since the stream's start.
+    generations: watch::Receiver<u64>,
+    pubsub_name: String,
+    topic: String,
+    dead_letter_topic: String,
+}
+
+impl DeadLetterCheck {
+    /// Ends the stream `INVALID_ARGUMENT` naming the dead-letter topic
+    /// ([`TopicDelivery::check_dead_letter_topic`], as at the stream's
+    /// start) once a generation's broker never takes it: running on, every
+    /// dead letter would be refused and its event handed back, delivered
+    /// and failed again for ever. Its delivery then stops (the sink is
+    /// closed) and what it holds goes back to the broker: nothing is lost,
+    /// and the client can subscribe again with a topic the broker takes.
+    /// Asked at each generation (local, no I/O) until the stream ends.
+    async fn end_when_refused(mut self, end: StreamEnd) {
+        loop {
+            tokio::select! {
+                () = end.closed() => return,
+                changed = self.generations.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            let checked = TopicDelivery::check_dead_letter_topic(
+                &self.runtime,
+                &self.pubsub_name,
+                &self.topic,
+                Some(&self.dead_letter_topic),
+            );
+            if let Err(refused) = checked {
+                tracing::warn!(pubsub = %crate::dapr::logged(&self.pubsub_name), topic = %crate::dapr::logged(&self.topic), dead_letter_topic = %crate::dapr::logged(&self.dead_letter_topic), "A reload put a broker that never takes a streamed subscription's dead-letter topic under its pub/sub: the stream is ended.");
+                end.end(Status::from(refused));
+                return;
+            }
+        }
+    }
 }
 
 /// Settles events with the client's answers until it leaves, or the

@@ -1030,6 +1030,7 @@ async fn a_dead_letter_topic_its_broker_never_takes_refuses_the_subscription() {
 }
 
 mod concurrent_starts;
+mod dead_letter_on_feed_change;
 mod replaced_routes;
 mod reused_ids;
 mod takeover_chain;

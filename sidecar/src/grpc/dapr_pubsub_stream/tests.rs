@@ -648,6 +648,18 @@ async fn a_stream_the_server_ended_lets_go_of_its_topic_and_place_while_its_clie
         .expect("its topic is free again");
 }
 
+/// The broker's side of each subscription the test brokers made: kept,
+/// so none ends on its own.
+static FEEDS: std::sync::Mutex<Vec<rewire_runtime::SubscriptionFeed>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A subscription that delivers nothing and stays open.
+fn kept_open() -> rewire_runtime::PubSubSubscription {
+    let (subscription, feed) = rewire_runtime::PubSubSubscription::channel(1);
+    FEEDS.lock().unwrap_or_else(|p| p.into_inner()).push(feed);
+    subscription
+}
+
 /// A broker that, as the redis pub/sub, never takes a topic holding
 /// `||`, and delivers nothing.
 #[derive(rewire_runtime::Component, Default)]
@@ -671,7 +683,7 @@ impl rewire_runtime::PubSub for PickyBroker {
         request: rewire_runtime::SubscribeRequest,
     ) -> Result<rewire_runtime::PubSubSubscription, rewire_runtime::PubSubError> {
         self.check_topic(&request.topic)?;
-        Ok(rewire_runtime::PubSubSubscription::channel(1).0)
+        Ok(kept_open())
     }
 
     fn check_topic(&self, topic: &str) -> Result<(), rewire_runtime::PubSubError> {
@@ -684,14 +696,50 @@ impl rewire_runtime::PubSub for PickyBroker {
     }
 }
 
-/// The API state of a runtime whose pub/sub `bus` is a [`PickyBroker`].
-async fn picky_bus() -> ApiState {
-    use rewire_runtime::config::{parse, validate};
+/// A broker that, as the memory pub/sub, takes any topic, and delivers
+/// nothing.
+#[derive(rewire_runtime::Component, Default)]
+#[component(kind = "pubsub", type = "test.stream.lenient")]
+struct LenientBroker {}
+
+#[rewire_runtime::prelude::async_trait]
+impl rewire_runtime::Component for LenientBroker {}
+
+#[rewire_runtime::prelude::async_trait]
+impl rewire_runtime::PubSub for LenientBroker {
+    async fn publish(
+        &self,
+        _: rewire_runtime::PublishRequest,
+    ) -> Result<(), rewire_runtime::PubSubError> {
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        _: rewire_runtime::SubscribeRequest,
+    ) -> Result<rewire_runtime::PubSubSubscription, rewire_runtime::PubSubError> {
+        Ok(kept_open())
+    }
+}
+
+/// A configuration whose pub/sub `bus` is of type `kind`.
+fn bus_of(kind: &str) -> rewire_runtime::config::Config {
     let config = serde_json::json!({
         "appId": "app",
-        "components": {"pubsub": {"bus": {"type": "test.stream.picky"}}},
+        "components": {"pubsub": {"bus": {"type": kind}}},
     });
-    let file = parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"));
+    rewire_runtime::config::parse(config.to_string().as_bytes()).unwrap_or_else(|p| panic!("{p}"))
+}
+
+/// The API state of a runtime whose pub/sub `bus` is a [`PickyBroker`].
+async fn picky_bus() -> ApiState {
+    bus_state("test.stream.picky").await
+}
+
+/// The API state of a runtime whose pub/sub `bus` is of type `kind`.
+async fn bus_state(kind: &str) -> ApiState {
+    use rewire_runtime::config::validate;
+    let file = bus_of(kind);
     let registry = rewire_runtime::Registry::collected();
     let config = validate(file, &registry).unwrap_or_else(|p| panic!("{p}"));
     let options = rewire_runtime::RuntimeOptions::default();
@@ -742,6 +790,77 @@ async fn a_stream_whose_dead_letter_topic_its_broker_never_takes_is_an_invalid_a
         status.message()
     );
     assert!(streams.open().is_ok(), "no place held");
+    let end = StreamEnd::default();
+    bounded(streams.claims.claim("bus", "orders", &end))
+        .await
+        .expect("its topic is free");
+    shutdown.cancel();
+    state.runtime.shutdown().await;
+}
+
+/// The initial request of a stream to `orders` of `bus` whose dead-letter
+/// topic is `orders||dlq`.
+fn subscribing_with_a_dead_letter_topic_holding_bars() -> pb::SubscribeTopicEventsRequestAlpha1 {
+    pb::SubscribeTopicEventsRequestAlpha1 {
+        subscribe_topic_events_request_type: Some(RequestType::InitialRequest(
+            pb::SubscribeTopicEventsRequestInitialAlpha1 {
+                pubsub_name: "bus".into(),
+                topic: "orders".into(),
+                dead_letter_topic: Some("orders||dlq".into()),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// A reload that puts under a streamed subscription's pub/sub a broker
+/// that never takes its dead-letter topic (one that takes any, as
+/// memory, replaced by one that, as redis, refuses `||`) ends the stream
+/// INVALID_ARGUMENT naming it, as at its start, and lets go of its topic;
+/// before, the delivery followed the new broker, every dead letter was
+/// refused and its event delivered and failed again for ever.
+#[tokio::test(start_paused = true)]
+async fn a_reload_to_a_broker_refusing_the_dead_letter_topic_ends_the_stream() {
+    let state = bus_state("test.stream.lenient").await;
+    let streams = TopicStreams::new(1);
+    let shutdown = CancellationToken::new();
+    let subscribed = bounded(subscribe(
+        &state,
+        incoming(vec![subscribing_with_a_dead_letter_topic_holding_bars()]),
+        shutdown.clone(),
+        &streams,
+    ))
+    .await;
+    let mut outgoing = subscribed.unwrap_or_else(|s| panic!("the broker takes it: {s:?}"));
+    let first = bounded(outgoing.next())
+        .await
+        .expect("the initial response");
+    assert!(
+        matches!(
+            first.map(|m| m.subscribe_topic_events_response_type),
+            Ok(Some(ResponseType::InitialResponse(_)))
+        ),
+        "the initial response comes first"
+    );
+
+    state
+        .runtime
+        .apply(bus_of("test.stream.picky"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ended = bounded(outgoing.next())
+        .await
+        .expect("the stream ends with a status");
+    let Err(status) = ended else {
+        panic!("the stream went on under a broker refusing its dead letters");
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().contains("dead-letter topic is refused")
+            && status.message().contains("orders||dlq"),
+        "{}",
+        status.message()
+    );
     let end = StreamEnd::default();
     bounded(streams.claims.claim("bus", "orders", &end))
         .await
