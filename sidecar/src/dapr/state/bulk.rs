@@ -24,7 +24,7 @@
 //! and is started again; refused with none in flight, it fails the bulk
 //! (with request metadata: that key's error).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -160,9 +160,11 @@ impl StateOps<'_> {
     ///   in time (which drops the whole read).
     /// * A chunk the circuit breaker refuses (half-open, every trial place
     ///   taken) while others are in flight is put back and started again
-    ///   once one in flight has finished (no chunk starts before); refused
-    ///   with none in flight, it is the chunk's failure (with request
-    ///   metadata, its key's error).
+    ///   once one in flight has finished (no chunk starts before), once at
+    ///   most; refused again, or with none in flight, it is the chunk's
+    ///   failure (with request metadata, its key's error). With the breaker
+    ///   open and a chunk hanging in flight, a refused chunk waits for it
+    ///   (at worst until the request's deadline).
     pub(super) async fn read_distinct(
         &self,
         distinct: &[&str],
@@ -182,6 +184,11 @@ impl StateOps<'_> {
         // Chunks the breaker refused, started again (first) once a chunk in
         // flight has finished (`refused_waiting` until then).
         let mut put_back: VecDeque<&[&str]> = VecDeque::new();
+        // Each chunk is put back once at most (by where its keys start):
+        // refused again, it is its failure. With the breaker open every
+        // call is refused at once, and putting chunks back each time made
+        // rounds that settled one key each without ever awaiting.
+        let mut put_back_once: HashSet<usize> = HashSet::new();
         let mut refused_waiting = false;
         let mut in_flight = FuturesUnordered::new();
         let mut counted = InFlight::default();
@@ -200,6 +207,8 @@ impl StateOps<'_> {
                 }
                 counted.chunks += 1;
                 counted.keys += next.len();
+                #[cfg(test)]
+                CHUNKS_STARTED.with(|started| started.set(started.get() + 1));
                 in_flight.push(self.read_chunk(next, metadata));
             }
             let Some((chunk, outcome)) = in_flight.next().await else {
@@ -210,7 +219,10 @@ impl StateOps<'_> {
             if over_budget.is_some() {
                 continue; // Let finish, dropped.
             }
-            if outcome.refused && !in_flight.is_empty() {
+            if outcome.refused
+                && !in_flight.is_empty()
+                && put_back_once.insert(chunk.as_ptr() as usize)
+            {
                 put_back.push_back(chunk);
                 refused_waiting = true;
                 continue;
@@ -347,3 +359,9 @@ impl StateOps<'_> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+thread_local! {
+    /// Chunks (or gets) started on this thread: what a test counts.
+    pub(super) static CHUNKS_STARTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}

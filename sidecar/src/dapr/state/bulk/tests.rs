@@ -294,12 +294,14 @@ async fn a_bulk_of_large_values_reads_within_what_the_budget_has_room_for() {
 static FLAKY_DOWN: AtomicBool = AtomicBool::new(false);
 static FLAKY_DOWN_P: AtomicBool = AtomicBool::new(false);
 static FLAKY_DOWN_Q: AtomicBool = AtomicBool::new(false);
+static FLAKY_DOWN_R: AtomicBool = AtomicBool::new(false);
 
 /// The flag of the test reading `key`.
 fn down_flag(key: &str) -> &'static AtomicBool {
     match key.chars().next() {
         Some('p') => &FLAKY_DOWN_P,
         Some('q') => &FLAKY_DOWN_Q,
+        Some('r') => &FLAKY_DOWN_R,
         _ => &FLAKY_DOWN,
     }
 }
@@ -673,5 +675,35 @@ async fn gets_of_a_bulk_on_a_half_open_breaker_of_several_trials_are_not_refused
         refused.len()
     );
     assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Closed);
+    runtime.shutdown().await;
+}
+
+/// With the breaker open, a bulk with request metadata (a get per key)
+/// starts each get twice at most: refused while others are in flight, a
+/// get is put back once, then its refusal is its key's error. Failed
+/// before: refused gets were put back every round, each round settling
+/// one key without ever awaiting (about 64 starts per key, the worker
+/// held throughout).
+#[tokio::test(start_paused = true)]
+async fn an_open_breaker_refuses_each_get_of_a_bulk_at_most_twice() {
+    let runtime = runtime(
+        "flaky",
+        "test.dapr.flaky_bulk",
+        Some(breaker_of_three_trials()),
+    )
+    .await;
+    let metadata = HashMap::from([("a".to_owned(), "b".to_owned())]);
+    FLAKY_DOWN_R.store(true, Ordering::SeqCst);
+    let failed = bulk_of(&runtime, "flaky", keys('r', 1), &metadata, 0, 16 << 20).await;
+    assert!(failed.unwrap_or_else(|e| panic!("{e}"))[0].error.is_some());
+    assert_eq!(breaker_of(&runtime, "flaky").state, BreakerState::Open);
+
+    super::CHUNKS_STARTED.with(|started| started.set(0));
+    let answer = bulk_of(&runtime, "flaky", keys('r', 500), &metadata, 0, 16 << 20).await;
+    let answer = answer.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(answer.len(), 500);
+    assert!(answer.iter().all(|item| item.error.is_some()));
+    let started = super::CHUNKS_STARTED.with(std::cell::Cell::get);
+    assert!(started <= 2 * 500, "{started} gets started for 500 keys");
     runtime.shutdown().await;
 }
