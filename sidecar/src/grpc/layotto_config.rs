@@ -443,6 +443,10 @@ fn why_dropped(
             "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this stream holds the most of them",
             answers.total_limit()
         ),
+        Refused::NoRoom { bytes, queued } => format!(
+            "a change of {bytes} bytes did not fit beside what the sidecar's other subscribers hold ({queued} of {} bytes queued, 16 x max_response_bytes), and none of them holds more than this stream would with it; none of it was delivered",
+            answers.total_limit()
+        ),
         Refused::TooLarge => format!(
             "an answer carrying one item (and the store name and app id) takes {} bytes, more than the limit of {limit} bytes per answer (max_response_bytes)",
             too_large.map_or(0, |item| item.bytes) + overhead
@@ -501,6 +505,35 @@ fn item_of(item: ConfigItem) -> pb::ConfigurationItem {
 mod tests {
     use super::*;
     use prost::Message as _;
+
+    /// A stream crowded out by a change too large for the room the others
+    /// leave is told so, not that it holds the most of what is queued
+    /// (failed before the fix: "this stream holds the most of them",
+    /// though another held far more).
+    #[test]
+    fn a_stream_crowded_out_by_a_large_change_is_not_told_it_holds_the_most() {
+        let total = QueuedBytes::new(1_000);
+        let (other, _other_stream) = queue::<pb::SubscribeConfigurationResponse>(
+            "Layotto configuration stream".into(),
+            1_000,
+            total.clone(),
+        );
+        assert_eq!(other.try_send(Ok(Default::default()), 600), Ok(()));
+        let (answers, _stream) = queue::<pb::SubscribeConfigurationResponse>(
+            "Layotto configuration stream".into(),
+            1_000,
+            total,
+        );
+        let change = vec![(Ok(Default::default()), 400), (Ok(Default::default()), 300)];
+        let refused = answers.try_send_change(change).expect_err("no room");
+        let why = why_dropped(refused, None, 0, &answers);
+        assert!(
+            !why.contains("holds the most")
+                && why.contains("a change of 700 bytes did not fit")
+                && why.contains("600 of 1000 bytes queued"),
+            "{why}"
+        );
+    }
 
     fn item(key: &str, n: usize) -> ConfigItem {
         ConfigItem {

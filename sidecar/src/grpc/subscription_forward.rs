@@ -100,6 +100,10 @@ impl Forward {
                 "the sidecar's subscribers together have {} bytes queued, their limit (16 x max_response_bytes), and this one holds the most of them",
                 self.sender.total_limit()
             ),
+            Refused::NoRoom { bytes, queued } => format!(
+                "a change of {bytes} bytes did not fit beside what the sidecar's other subscribers hold ({queued} of {} bytes queued, 16 x max_response_bytes), and none of them holds more than this one would with it; none of it was delivered",
+                self.sender.total_limit()
+            ),
             Refused::ChangeTooLarge { bytes } => format!(
                 "a change of {bytes} bytes (in messages of at most {limit} bytes) is larger than the sidecar's subscribers together may have queued ({} bytes, 16 x max_response_bytes); none of it was delivered",
                 self.sender.total_limit()
@@ -186,7 +190,59 @@ fn entry_bytes(item: &ConfigItem) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::grpc::subscription_queue::{queue, QueuedBytes};
     use prost::Message as _;
+    use rewire_runtime::ConfigChange;
+    use tokio_stream::StreamExt;
+
+    /// A subscriber crowded out by a change too large for the room the
+    /// others leave (it holds only its id) is told so, not that it holds
+    /// the most of what is queued (failed before the fix: "this one holds
+    /// the most of them", though another held far more).
+    #[tokio::test]
+    async fn a_subscriber_crowded_out_by_a_large_change_is_not_told_it_holds_the_most() {
+        let total = QueuedBytes::new(1_000);
+        let (other, _other_stream) = queue::<SubscribeConfigurationResponse>(
+            "subscription `other`".into(),
+            1_000,
+            total.clone(),
+        );
+        assert_eq!(other.try_send(Ok(Default::default()), 600), Ok(()));
+        let (sender, mut stream) = queue("subscription `s`".into(), 1_000, total);
+        let (changes, receiver) = tokio::sync::mpsc::channel(1);
+        let forward = Forward {
+            id: "s".into(),
+            store: "cfg".into(),
+            subscription: ConfigSubscription {
+                id: "s".into(),
+                changes: receiver,
+            },
+            sender,
+            cancel: CancellationToken::new(),
+        };
+        let item = ConfigItem {
+            key: "k".into(),
+            value: "v".repeat(700),
+            ..ConfigItem::default()
+        };
+        changes
+            .send(ConfigChange { items: vec![item] })
+            .await
+            .expect("the forwarder is listening");
+        // No more changes: the forwarder ends after this one either way.
+        drop(changes);
+        assert!(forward.run().await, "dropped");
+        assert!(!other.evicted(), "it holds no more than this one would");
+        let reason = stream.next().await.expect("a reason").expect_err("dropped");
+        assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
+        let text = reason.message();
+        assert!(
+            !text.contains("holds the most")
+                && text.contains("did not fit beside what the sidecar's other subscribers hold")
+                && text.contains("600 of 1000 bytes queued"),
+            "{text}"
+        );
+    }
 
     /// A message's size, as counted, is its encoded length exactly.
     #[test]

@@ -30,13 +30,21 @@
 //! part of an etcd transaction or an Apollo release): refused whole when it
 //! is larger than the total itself ([`Refused::ChangeTooLarge`]), else its
 //! bytes reserved in the total at once and its messages queued under one
-//! lock. A change that fits one message is held to the subscriber's own
-//! limit whole, as any message; one cut into several only asks that the
-//! subscriber not hold a full queue of its own already: its first message
-//! counts as the subscriber's own up to the room it has left, the rest is
-//! the sidecar's allowance (what it chose to queue over the limit to deliver
-//! the change whole), counted in the total only and let go of as read, so a
-//! client reading promptly is not taken for behind by the next change.
+//! lock. Every change, of one message or several, is held to one rule: it
+//! is refused ([`Refused::Behind`]) only when the subscriber already holds
+//! a full queue of its own (its own bytes at the limit, or
+//! [`MAX_MESSAGES`]); its first message counts as the subscriber's own up to
+//! the room it has left, the rest is the sidecar's allowance (what it chose
+//! to queue over the limit to deliver the change whole), counted in the
+//! total only and let go of as read, so a client reading promptly is not
+//! taken for behind by the next change, however the burst is cut. A client
+//! that does not read is still bounded: each change adds one message and
+//! some of the room to its own.
+//!
+//! A change that does not fit beside what the others hold, when this
+//! subscriber holds less than another, is refused as [`Refused::NoRoom`]:
+//! the subscriber is not the laggard, the change is too large for the room
+//! left (a change over half the total reaches one subscriber at a time).
 //!
 //! Every forwarder sharing a queue (the subscriptions of one Layotto
 //! stream, each a clone of its sender) is held to the own limit apart: a
@@ -90,6 +98,16 @@ pub(crate) enum Refused {
     /// All subscribers together hold the total limit, and this one holds
     /// the most of it.
     Crowded,
+    /// The change does not fit beside what the other subscribers hold,
+    /// and none of them holds more than this one would with it, though one
+    /// holds more than this one does: crowded out by the change's size,
+    /// not for holding the most.
+    NoRoom {
+        /// The bytes of all its messages.
+        bytes: usize,
+        /// The bytes all subscribers together had queued.
+        queued: usize,
+    },
 }
 
 /// The bytes queued for all subscribers together, their limit, and the
@@ -100,7 +118,7 @@ pub(crate) struct QueuedBytes {
 }
 
 struct Total {
-    queued: AtomicUsize,
+    queued: Counter,
     limit: usize,
     next: AtomicU64,
     queues: Mutex<HashMap<u64, Arc<dyn Evictable>>>,
@@ -121,7 +139,7 @@ impl QueuedBytes {
     pub(crate) fn new(limit: usize) -> Self {
         Self {
             inner: Arc::new(Total {
-                queued: AtomicUsize::new(0),
+                queued: Counter::default(),
                 limit,
                 next: AtomicU64::new(0),
                 queues: Mutex::new(HashMap::new()),
@@ -140,18 +158,18 @@ impl QueuedBytes {
         self.inner.limit
     }
 
-    /// Counts `size` more bytes, unless that passes the limit.
+    /// Counts `size` more bytes, unless that passes the limit: one
+    /// compare-and-swap, so a reservation refused never shows in the total
+    /// (another's send seeing it full would evict someone for nothing).
     fn reserve(&self, size: usize) -> bool {
-        let total = self.inner.queued.fetch_add(size, Ordering::AcqRel);
-        if total.saturating_add(size) > self.inner.limit {
-            self.inner.queued.fetch_sub(size, Ordering::AcqRel);
-            return false;
-        }
-        true
+        let limit = self.inner.limit;
+        self.inner
+            .queued
+            .fetch_update(|queued| queued.checked_add(size).filter(|sum| *sum <= limit))
     }
 
     fn release(&self, size: usize) {
-        self.inner.queued.fetch_sub(size, Ordering::AcqRel);
+        self.inner.queued.fetch_sub(size);
     }
 
     fn queues(&self) -> MutexGuard<'_, HashMap<u64, Arc<dyn Evictable>>> {
@@ -159,25 +177,22 @@ impl QueuedBytes {
     }
 
     /// Drops the queue holding the most bytes, if another than `own` holds
-    /// more than `own` would with the `incoming` bytes it could not queue;
-    /// true when one was dropped.
-    fn evict_laggard(&self, own: u64, incoming: usize) -> bool {
-        let laggard = {
+    /// more than `own` would with the `incoming` bytes it could not queue.
+    fn evict_laggard(&self, own: u64, incoming: usize) -> Eviction {
+        let (largest, own_held) = {
             let queues = self.queues();
-            let own_bytes = queues
-                .get(&own)
-                .map_or(0, |q| q.queued())
-                .saturating_add(incoming);
-            queues
+            let own_held = queues.get(&own).map_or(0, |q| q.queued());
+            let largest = queues
                 .iter()
                 .filter(|(id, _)| **id != own)
-                .map(|(_, queue)| (queue.queued(), queue))
-                .filter(|(bytes, _)| *bytes > own_bytes)
-                .max_by_key(|(bytes, _)| *bytes)
-                .map(|(bytes, queue)| (bytes, Arc::clone(queue)))
+                .map(|(_, queue)| (queue.queued(), Arc::clone(queue)))
+                .max_by_key(|(bytes, _)| *bytes);
+            (largest, own_held)
         };
-        let Some((bytes, laggard)) = laggard else {
-            return false;
+        let (bytes, laggard) = match largest {
+            Some((bytes, laggard)) if bytes > own_held.saturating_add(incoming) => (bytes, laggard),
+            Some((bytes, _)) if bytes > own_held => return Eviction::NoRoom,
+            _ => return Eviction::HoldsTheMost,
         };
         let why = format!(
             "it had the most bytes queued unread ({bytes}) when the sidecar's subscribers \
@@ -188,7 +203,62 @@ impl QueuedBytes {
         tracing::warn!(subscriber = laggard.label(), reason = %why, "Configuration subscriber dropped.");
         let reason = Status::resource_exhausted(format!("{} dropped: {why}", laggard.label()));
         laggard.evict(reason);
-        true
+        Eviction::Evicted
+    }
+
+    /// The bytes all subscribers together have queued.
+    fn queued(&self) -> usize {
+        self.inner.queued.load()
+    }
+}
+
+/// What [`QueuedBytes::evict_laggard`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eviction {
+    /// Dropped the laggard: there may be room now.
+    Evicted,
+    /// Nobody else holds more than the sender does: it is the laggard.
+    HoldsTheMost,
+    /// Another holds more than the sender, but not more than the sender
+    /// would with its change: the change is too large for the room left.
+    NoRoom,
+}
+
+/// The total's counter of bytes queued. Tests also see the most it ever
+/// held (a reservation refused must never show in it).
+#[derive(Default)]
+struct Counter {
+    value: AtomicUsize,
+    #[cfg(test)]
+    peak: AtomicUsize,
+}
+
+impl Counter {
+    fn load(&self) -> usize {
+        self.value.load(Ordering::Acquire)
+    }
+
+    fn fetch_sub(&self, size: usize) {
+        self.value.fetch_sub(size, Ordering::AcqRel);
+    }
+
+    /// Sets the counter to what `next` makes of it, unless that is `None`;
+    /// whether it was set.
+    fn fetch_update(&self, next: impl FnMut(usize) -> Option<usize>) -> bool {
+        let updated = self
+            .value
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, next);
+        #[cfg(test)]
+        if updated.is_ok() {
+            self.peak.fetch_max(self.load(), Ordering::AcqRel);
+        }
+        updated.is_ok()
+    }
+
+    /// The most it ever held.
+    #[cfg(test)]
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::Acquire)
     }
 }
 
@@ -286,11 +356,14 @@ impl<T> Shared<T> {
     /// first when `discard`.
     fn end(&self, reason: Status, discard: bool, evicted: bool) {
         let mut state = self.lock();
+        // Discarding an ended queue's unread messages discards its reason
+        // too: `reason` takes its place, or the stream would end OK.
+        let discarded = discard && !state.messages.is_empty();
         if discard {
             state.messages.clear();
             self.release_all(&mut state);
         }
-        if !state.ended {
+        if !state.ended || discarded {
             state.messages.push_back(Queued {
                 message: Err(reason),
                 size: 0,
@@ -385,9 +458,9 @@ impl<T> QueueSender<T> {
 
     /// Queues the messages of one change (each with its size, at most the
     /// byte limit: see [`pieces`]) without waiting, in order, all or none
-    /// (see the module doc): one message as [`Self::try_send`]; several
-    /// unless this sender holds a full queue of its own already, only the
-    /// first counted as its own, up to the room it has left.
+    /// (see the module doc): unless this sender holds a full queue of its
+    /// own already, only the first counted as its own, up to the room it
+    /// has left.
     pub(crate) fn try_send_change(
         &self,
         messages: Vec<(Message<T>, usize)>,
@@ -409,10 +482,14 @@ impl<T> QueueSender<T> {
             match self.try_push(messages, bytes) {
                 Ok(()) => return Ok(()),
                 Err((Refused::Crowded, back)) => {
-                    if !self.shared.total.evict_laggard(self.shared.id, bytes) {
-                        return Err(Refused::Crowded);
+                    match self.shared.total.evict_laggard(self.shared.id, bytes) {
+                        Eviction::Evicted => messages = back,
+                        Eviction::HoldsTheMost => return Err(Refused::Crowded),
+                        Eviction::NoRoom => {
+                            let queued = self.shared.total.queued();
+                            return Err(Refused::NoRoom { bytes, queued });
+                        }
                     }
-                    messages = back;
                 }
                 Err((refused, _)) => return Err(refused),
             }
@@ -433,13 +510,8 @@ impl<T> QueueSender<T> {
         }
         let own = state.owners.get(&self.owner).copied().unwrap_or_default();
         let limit = self.shared.limit;
-        let behind = own.messages >= MAX_MESSAGES
-            || if messages.len() == 1 {
-                own.bytes.saturating_add(bytes) > limit
-            } else {
-                own.bytes >= limit
-            };
-        if behind {
+        // One rule for every change (see the module doc).
+        if own.messages >= MAX_MESSAGES || own.bytes >= limit {
             return Err((Refused::Behind, messages));
         }
         if !self.shared.total.reserve(bytes) {
@@ -600,7 +672,7 @@ mod tests {
     }
 
     fn queued(total: &QueuedBytes) -> usize {
-        total.inner.queued.load(Ordering::Acquire)
+        total.queued()
     }
 
     /// A message the reader took stays counted until it asks for the next
@@ -652,7 +724,9 @@ mod tests {
     async fn bytes_are_counted_until_the_client_reads_them() {
         let (sender, mut stream) = open(100, &QueuedBytes::new(1000));
         assert_eq!(sender.try_send(message(), 60), Ok(()));
-        assert_eq!(sender.try_send(message(), 60), Err(Refused::Behind));
+        // Counted as its own up to the room left (40): full.
+        assert_eq!(sender.try_send(message(), 60), Ok(()));
+        assert_eq!(sender.try_send(message(), 1), Err(Refused::Behind));
         assert_eq!(sender.try_send(message(), 101), Err(Refused::TooLarge));
         assert!(stream.next().await.is_some());
         assert_eq!(sender.try_send(message(), 60), Ok(()));
@@ -704,9 +778,75 @@ mod tests {
         }
         ask_next(&mut stream).await;
         assert_eq!(queued(&total), 0, "the allowance let go of as read");
-        // A change that fits one message is held to the own limit whole.
+        // A change that fits one message is held to the same rule.
         assert_eq!(sender.try_send(message(), 60), Ok(()));
-        assert_eq!(sender.try_send(message(), 60), Err(Refused::Behind));
+        assert_eq!(sender.try_send(message(), 60), Ok(()));
+        assert_eq!(sender.try_send(message(), 1), Err(Refused::Behind));
+    }
+
+    /// A change of one message is held to the same rule as one cut in
+    /// several: refused only when the subscriber's own bytes are at the
+    /// limit already, counted as its own up to the room left (failed
+    /// before the fix: `Behind` when its own bytes and the message passed
+    /// the limit, so a prompt reader was dropped in a burst, and a change
+    /// fitting one message was refused where a larger one was taken).
+    #[tokio::test]
+    async fn a_change_of_one_message_past_the_room_left_is_queued() {
+        let total = QueuedBytes::new(100_000);
+        let (sender, _stream) = open(100, &total);
+        assert_eq!(sender.try_send(message(), 10), Ok(()), "the id, unread");
+        assert_eq!(sender.try_send(message(), 100), Ok(()));
+        assert_eq!(sender.try_send(message(), 1), Err(Refused::Behind));
+        // The burst: the id, a change of 2 x 9_000 cut in two, then a
+        // change of 2_000, none read yet (tonic has not polled).
+        let (sender, _stream) = open(10_000, &total);
+        assert_eq!(sender.try_send(message(), 41), Ok(()));
+        assert_eq!(sender.try_send_change(change(2, 9_053)), Ok(()));
+        assert_eq!(sender.try_send(message(), 2_056), Ok(()));
+        assert_eq!(sender.try_send(message(), 1), Err(Refused::Behind));
+    }
+
+    /// A reservation refused never shows in the total, not even for a
+    /// moment, so another's send never sees it full for it and evicts
+    /// someone needlessly (failed before the fix: added, checked, then
+    /// taken back, the total holding 160 of 100 in between).
+    #[tokio::test]
+    async fn a_reservation_refused_never_shows_in_the_total() {
+        let total = QueuedBytes::new(100);
+        let (other, _other_stream) = queue("subscription `other`".into(), 100, total.clone());
+        let (sender, _stream) = open(100, &total);
+        assert_eq!(other.try_send(message(), 60), Ok(()));
+        assert!(!total.reserve(100));
+        assert!(matches!(
+            sender.try_send_change(change(2, 50)),
+            Err(Refused::NoRoom { .. })
+        ));
+        assert_eq!(queued(&total), 60);
+        assert_eq!(total.inner.queued.peak(), 60, "never more than held");
+        assert!(total.reserve(40), "what fits is reserved");
+        assert_eq!(total.inner.queued.peak(), 100);
+    }
+
+    /// A queue ended with a reason (its store removed) and then dropped
+    /// to make room still ends with a reason, never OK (failed before the
+    /// fix: the eviction discarded the queued reason and, the queue being
+    /// ended already, pushed none).
+    #[tokio::test]
+    async fn a_queue_evicted_after_its_end_still_ends_with_a_reason() {
+        let total = QueuedBytes::new(100);
+        let (ended, mut ended_stream) = queue("subscription `ended`".into(), 100, total.clone());
+        let (reader, _reader_stream) = open(100, &total);
+        assert_eq!(ended.try_send(message(), 60), Ok(()));
+        ended.end(Status::unavailable("store `s` is no longer running"));
+        assert_eq!(reader.try_send(message(), 50), Ok(()));
+        assert!(ended.evicted(), "the laggard");
+        let reason = ended_stream
+            .next()
+            .await
+            .expect("a reason")
+            .expect_err("an error, not OK");
+        assert_eq!(reason.code(), tonic::Code::ResourceExhausted);
+        assert!(ended_stream.next().await.is_none());
     }
 
     /// Two forwarders on one queue (the subscriptions of one Layotto
@@ -721,7 +861,8 @@ mod tests {
         assert_eq!(first.try_send_change(change(2, 100)), Ok(()));
         assert_eq!(second.try_send(message(), 90), Ok(()));
         assert_eq!(first.try_send(message(), 1), Err(Refused::Behind));
-        assert_eq!(second.try_send(message(), 20), Err(Refused::Behind));
+        assert_eq!(second.try_send(message(), 20), Ok(()));
+        assert_eq!(second.try_send(message(), 1), Err(Refused::Behind));
     }
 
     /// A change is queued whole or not at all: larger than the total
@@ -745,7 +886,9 @@ mod tests {
     /// refused whole, and the other (a prompt reader whose own change came
     /// first, holding no more than this one would) is not dropped for it
     /// (failed before the fix: the first message queued, then the other
-    /// dropped as "holding the most" and its change discarded).
+    /// dropped as "holding the most" and its change discarded). The refusal
+    /// says there was no room for the change, not that this subscriber
+    /// holds the most (rv10 4: it was `Crowded`).
     #[tokio::test]
     async fn a_change_crowded_out_is_refused_whole_and_drops_no_smaller_subscriber() {
         let total = QueuedBytes::new(300);
@@ -754,7 +897,10 @@ mod tests {
         assert_eq!(other.try_send_change(change(2, 100)), Ok(()));
         assert_eq!(
             sender.try_send_change(change(2, 100)),
-            Err(Refused::Crowded)
+            Err(Refused::NoRoom {
+                bytes: 200,
+                queued: 200
+            })
         );
         assert!(!other.evicted(), "it holds no more than the change");
         assert_eq!(queued(&total), 200);
@@ -831,7 +977,7 @@ mod tests {
         assert_eq!(second.try_send(message(), 60), Ok(()));
         drop(second_stream);
         assert_eq!(first.try_send(message(), 60), Ok(()));
-        assert_eq!(total.inner.queued.load(Ordering::Acquire), 60);
+        assert_eq!(queued(&total), 60);
         assert_eq!(total.queues().len(), 1);
     }
 }

@@ -550,8 +550,9 @@ mod tests {
                 .is_some(),
             "the id"
         );
-        // Two changes of 6 KB each, unread: the second does not fit 10 KB.
-        for _ in 0..2 {
+        // Three changes of 6 KB each, unread: the second fills the 10 KB
+        // (counted up to the room left), the third finds it full.
+        for _ in 0..3 {
             changes.send(big(6_000)).await.expect("send");
         }
         // Wait for the drop itself before reading anything.
